@@ -1,0 +1,3 @@
+from forge_cli.cli.app import main
+
+main()

@@ -1,0 +1,1 @@
+"""Thin Typer commands that compose the other parts; no logic of their own."""

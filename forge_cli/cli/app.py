@@ -1,0 +1,63 @@
+"""The ``forge`` command: one Typer app, sub-commands registered from their own modules."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from forge_cli import __version__
+from forge_cli.cli import config_cmd
+from forge_cli.errors import ConfigError, UserError
+
+app = typer.Typer(
+    name="forge",
+    help="Train LLM agents with RL inside the real harness they are deployed in.\n\n"
+    "Experiments are composed from config groups with Hydra override syntax, e.g.\n\n"
+    "  forge rollout --dry-run +harness=openclaw +env=osworld runtime=docker",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(config_cmd.app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"forge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """Train LLM agents with RL inside the real harness they are deployed in."""
+
+
+def report(error: UserError) -> None:
+    """Print a user error as one clear message (no traceback) on stderr."""
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if isinstance(error, ConfigError):
+        console.print(f"[bold red]error:[/] invalid experiment ({len(error.problems)} problem(s)):")
+        for problem in error.problems:
+            console.print(f"  - {problem}", markup=False)
+    else:
+        console.print("[bold red]error:[/] ", end="")
+        console.print(error.message, markup=False)
+    if error.fix:
+        console.print("[bold]fix:[/] ", end="")
+        console.print(error.fix, markup=False)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as error:
+        report(error)
+        sys.exit(error.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)

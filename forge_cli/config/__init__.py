@@ -1,0 +1,1 @@
+"""Composing and validating experiments (the only part that imports Hydra)."""

@@ -1,0 +1,186 @@
+"""Compose an experiment from ``configs/`` with Hydra's compose API, then validate it.
+
+Every problem found is collected and raised at once as a :class:`ConfigError` (exit 2): malformed
+overrides, unknown group options (with near-miss suggestions), composition failures, missing
+required values and type errors, each naming the key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_cli.config.schema import GROUPS, Experiment
+from forge_cli.errors import ConfigError
+from forge_cli.paths import configs_dir
+
+PRIMARY = "experiment"
+MISSING = "???"
+
+
+@dataclass(frozen=True)
+class Composed:
+    """A validated experiment plus the plain dict it came from (for ``config show``)."""
+
+    experiment: Experiment
+    data: dict[str, Any]
+    overrides: tuple[str, ...]
+
+
+def search_dirs(config_dir: Path | None = None) -> list[Path]:
+    """Directories holding config groups: the shipped ones, then the user's ``--config-dir``."""
+    dirs = [configs_dir()]
+    if config_dir is not None:
+        path = Path(config_dir).expanduser()
+        if not path.is_dir():
+            raise ConfigError([f"--config-dir {config_dir}: no such directory"])
+        dirs.append(path.resolve())
+    return dirs
+
+
+def group_options(config_dir: Path | None = None) -> dict[str, dict[str, Path]]:
+    """Every option of every group: ``{group: {option: yaml path}}`` (shipped options win)."""
+    found: dict[str, dict[str, Path]] = {group: {} for group in GROUPS}
+    for directory in search_dirs(config_dir):
+        for group in GROUPS:
+            for path in sorted((directory / group).glob("*.yaml")):
+                found[group].setdefault(path.stem, path)
+    return found
+
+
+def describe(path: Path) -> str:
+    """The option's one-line description: its ``description:`` field."""
+    for line in path.read_text().splitlines():
+        if line.startswith("description:"):
+            return line.split(":", 1)[1].strip().strip("\"'")
+    return ""
+
+
+def _normalise(overrides: list[str], options: dict[str, dict[str, Path]]) -> tuple[list[str], list[str]]:
+    """Parse overrides; turn ``+group=x`` into ``group=x``; check group options exist."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    problems: list[str] = []
+    out: list[str] = []
+    for text in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([text])
+        except HydraException as exc:
+            first = str(exc).strip().splitlines()[0]
+            problems.append(
+                f"'{text}': malformed override ({first}); write key=value, group=option or +key=value"
+            )
+            continue
+        key = parsed.key_or_group
+        if key in options and parsed.package is None:
+            value = parsed.value()
+            if not isinstance(value, str):
+                problems.append(f"{key}: '{parsed.get_value_element_as_str()}' is not an option name; "
+                                f"available: {', '.join(sorted(options[key]))}")
+                continue
+            if value not in options[key]:
+                near = difflib.get_close_matches(value, list(options[key]), n=1, cutoff=0.6)
+                hint = f"did you mean '{near[0]}'? " if near else ""
+                problems.append(f"{key}: unknown option '{value}'; {hint}available: "
+                                f"{', '.join(sorted(options[key]))}")
+                continue
+            out.append(f"{key}={value}")
+        else:
+            out.append(text)
+    return out, problems
+
+
+def _unknown_keys(cfg: Any, overrides: list[str]) -> list[str]:
+    """Plain ``key=value`` overrides whose key is not in the composed config (all of them)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    problems = []
+    for parsed in OverridesParser.create().parse_overrides(overrides):
+        key = parsed.key_or_group
+        if parsed.is_add() or parsed.is_force_add() or key.startswith("hydra.") or "." not in key:
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent, throw_on_missing=False)
+        if node is None or not OmegaConf.is_dict(node) or leaf not in node:
+            near = []
+            if node is not None and OmegaConf.is_dict(node):
+                near = difflib.get_close_matches(leaf, [str(k) for k in node], n=1, cutoff=0.6)
+            hint = f"did you mean '{parent}.{near[0]}'? " if near else ""
+            problems.append(f"{key}: no such setting; {hint}(`forge config show` lists them)")
+    return problems
+
+
+def _missing(data: Any, prefix: str = "") -> list[str]:
+    if isinstance(data, dict):
+        return [m for k, v in data.items() for m in _missing(v, f"{prefix}{k}.")]
+    if isinstance(data, list):
+        return [m for i, v in enumerate(data) for m in _missing(v, f"{prefix}{i}.")]
+    return [prefix[:-1]] if data == MISSING else []
+
+
+def _pydantic_problems(exc: Any, data: dict[str, Any]) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        # a discriminated union adds the tag as a path element: runtime.docker.resources → runtime.resources
+        for group, tag in (("runtime", "kind"), ("model", "source")):
+            if len(loc) > 1 and loc[0] == group and loc[1] == str(data.get(group, {}).get(tag)):
+                del loc[1]
+        key = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            problems.append(f"{key}: unknown setting (value {err['input']!r}); check the spelling")
+        elif err["type"] == "missing":
+            problems.append(f"{key}: missing required value")
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems.append(f"{key}: {err['input']!r} is not allowed: {msg}")
+    return problems
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None) -> Composed:
+    """Compose ``experiment.yaml`` with ``overrides`` and validate it into an :class:`Experiment`."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from pydantic import ValidationError
+
+    options = group_options(config_dir)
+    normalised, problems = _normalise(list(overrides), options)
+    if problems:
+        raise ConfigError(problems)
+    extra = [d for d in search_dirs(config_dir)[1:]]
+    if extra:
+        normalised.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in extra) + "]")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(configs_dir()), version_base=None):
+            groups_only = [o for o in normalised if o.split("=", 1)[0].lstrip("+") in options
+                           or o.startswith("hydra.")]
+            problems = _unknown_keys(hydra_compose(config_name=PRIMARY, overrides=groups_only), normalised)
+            if problems:
+                raise ConfigError(problems)
+            cfg = hydra_compose(config_name=PRIMARY, overrides=normalised)
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except (HydraException, OmegaConfBaseException) as exc:
+        message = " ".join(str(exc).split())
+        raise ConfigError([message]) from None
+    finally:
+        GlobalHydra.instance().clear()
+    assert isinstance(data, dict)
+    problems = [f"{key}: missing required value (set it with {key}=...)" for key in _missing(data)]
+    try:
+        experiment = Experiment.model_validate(data)
+    except ValidationError as exc:
+        missing = set(_missing(data))
+        problems += [p for p in _pydantic_problems(exc, data) if p.split(":")[0] not in missing]
+    if problems:
+        raise ConfigError(problems)
+    return Composed(experiment=experiment, data=data, overrides=tuple(overrides))

@@ -1,0 +1,1 @@
+"""Sandboxes: one interface, backends local, docker and kubernetes."""

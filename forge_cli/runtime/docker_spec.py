@@ -1,0 +1,58 @@
+"""A SandboxSpec as Docker SDK ``containers.create`` arguments, and as the equivalent ``docker run``."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from forge_cli.runtime.spec import SandboxSpec
+
+# the container idles; forge runs the harness and verifiers with exec
+IDLE_COMMAND = ["sleep", "infinity"]
+
+
+def container_kwargs(spec: SandboxSpec) -> dict[str, Any]:
+    """Keyword arguments for ``docker.containers.create`` (one container per rollout)."""
+    kwargs: dict[str, Any] = {
+        "image": spec.image,
+        "command": IDLE_COMMAND,
+        "name": spec.name,
+        "labels": spec.all_labels,
+        "environment": dict(spec.env),
+        "working_dir": spec.workdir,
+        "network_mode": spec.network if spec.network == "host" else None,
+        "network": None if spec.network == "host" else spec.network,
+        "nano_cpus": int(spec.resources.cpus * 1e9),
+        "mem_limit": spec.resources.memory_bytes,
+        "memswap_limit": spec.resources.memory_bytes,
+        "pids_limit": spec.resources.pids,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "init": True,
+        "detach": True,
+        "volumes": {},
+    }
+    if spec.bundle_host_path:
+        kwargs["volumes"][spec.bundle_host_path] = {"bind": spec.bundle_mount, "mode": "ro"}
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def docker_run_command(spec: SandboxSpec) -> str:
+    """The ``docker run`` command line equivalent to :func:`container_kwargs` (for plans and docs)."""
+    kw = container_kwargs(spec)
+    args = ["docker", "run", "-d", "--init", "--name", kw["name"]]
+    for key, value in kw["labels"].items():
+        args += ["--label", f"{key}={value}"]
+    if "network_mode" in kw:
+        args += ["--network", kw["network_mode"]]
+    else:
+        args += ["--network", kw["network"]]
+    args += ["--cpus", f"{spec.resources.cpus:g}", "--memory", spec.resources.memory,
+             "--memory-swap", spec.resources.memory, "--pids-limit", str(spec.resources.pids),
+             "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "-w", spec.workdir]
+    for host, bind in kw["volumes"].items():
+        args += ["-v", f"{host}:{bind['bind']}:{bind['mode']}"]
+    for key, value in kw["environment"].items():
+        args += ["-e", f"{key}={value}"]
+    args += [kw["image"], *IDLE_COMMAND]
+    return shlex.join(args)

