@@ -1,0 +1,1 @@
+"""Per-harness adapters: bundles, rendered config files, the one-shot command."""
