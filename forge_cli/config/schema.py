@@ -38,6 +38,8 @@ class HarnessPackage(Strict):
     version: str | None = None
     # further packages installed beside the main one (platform binaries, providers)
     extra: list[str] = []
+    # run the packages' install scripts (npm postinstall); false installs with --ignore-scripts
+    scripts: bool = True
 
 
 class ConfigFile(Strict):
