@@ -106,7 +106,7 @@ def _unknown_keys(cfg: Any, overrides: list[str]) -> list[str]:
             continue
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent, throw_on_missing=False)
-        if node is None or not OmegaConf.is_dict(node) or leaf not in node:
+        if node is None or not OmegaConf.is_dict(node) or leaf not in list(node.keys()):
             near = []
             if node is not None and OmegaConf.is_dict(node):
                 near = difflib.get_close_matches(leaf, [str(k) for k in node], n=1, cutoff=0.6)
@@ -168,13 +168,14 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
             if problems:
                 raise ConfigError(problems)
             cfg = hydra_compose(config_name=PRIMARY, overrides=normalised)
-        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+        raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except (HydraException, OmegaConfBaseException) as exc:
         message = " ".join(str(exc).split())
         raise ConfigError([message]) from None
     finally:
         GlobalHydra.instance().clear()
-    assert isinstance(data, dict)
+    assert isinstance(raw, dict)
+    data: dict[str, Any] = {str(k): v for k, v in raw.items()}
     problems = [f"{key}: missing required value (set it with {key}=...)" for key in _missing(data)]
     try:
         experiment = Experiment.model_validate(data)

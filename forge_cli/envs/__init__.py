@@ -1,0 +1,1 @@
+"""Task sources: where tasks come from and how each is verified."""

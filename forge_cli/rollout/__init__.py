@@ -1,0 +1,1 @@
+"""Running (task x harness x sandbox) to rollout results, and planning such runs."""

@@ -1,0 +1,58 @@
+"""Print a rollout plan for people (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.syntax import Syntax
+
+from forge_cli.rollout.plan import Plan
+
+
+def _lexer(path: str) -> str:
+    for suffix, lexer in ((".toml", "toml"), (".json5", "javascript"), (".json", "json"), (".yaml", "yaml")):
+        if path.endswith(suffix):
+            return lexer
+    return "text"
+
+
+def show(plan: Plan, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
+    out = console.print
+    out(Rule(f"[bold]forge rollout plan[/] - run {plan.run_id} (dry run: nothing started)"))
+    out("  " + "  ".join(f"{k}=[bold]{v}[/]" for k, v in plan.choices.items()))
+    out(f"  tasks: {plan.num_tasks} ({plan.tasks['source']})")
+    out(f"  rollouts: {plan.num_rollouts} = {plan.num_tasks} tasks x {plan.samples_per_task} samples, "
+        f"{plan.concurrency} in flight")
+    out(f"  policy server (upstream): {plan.upstream}")
+    out(f"  capture proxy: {plan.proxy}")
+    for warning in plan.warnings:
+        out(f"  [yellow]warning:[/] {warning}", markup=True)
+    for r in plan.rollouts:
+        out(Rule(f"rollout {r.rollout_id} (task {r.task_id})"))
+        out(f"  instruction: {r.instruction}", markup=False)
+        out(f"  proxy base URL: {r.proxy_base_url}")
+        b = r.bundle
+        out(f"  harness bundle: {b['package']} at {b['host_path']} -> {b['mounted_at']} "
+            f"({'installed' if b['installed'] else 'not installed'})", markup=False)
+        sandbox = r.sandbox
+        out(f"  sandbox ({sandbox['kind']}):")
+        if sandbox["kind"] == "docker":
+            out(Syntax(sandbox["docker_run"], "bash", word_wrap=True))
+            out(Syntax(sandbox["exec"], "bash", word_wrap=True))
+        elif sandbox["kind"] == "kubernetes":
+            out(f"  context: {sandbox['context']}")
+            out(Syntax(sandbox["manifests"], "yaml"))
+        else:
+            out(Syntax(sandbox["command"], "bash", word_wrap=True))
+            out(f"  {sandbox['note']}", markup=False)
+        for path, content in r.config_files.items():
+            out(f"  config file {path}:", markup=False)
+            out(Syntax(content.rstrip(), _lexer(path), word_wrap=True))
+        out("  command:", end=" ")
+        out(r.command_line, markup=False)
+        out("  env:")
+        for key, value in r.env.items():
+            out(f"    {key}={value}", markup=False)
+        out("  timeouts: " + ", ".join(f"{k}={v}" for k, v in r.timeouts.items()))
+        out("  resources: " + ", ".join(f"{k}={v}" for k, v in r.resources.items()))
