@@ -7,7 +7,7 @@ import sys
 import typer
 
 from forge_cli import __version__
-from forge_cli.cli import config_cmd, doctor_cmd, rollout_cmd
+from forge_cli.cli import config_cmd, doctor_cmd, harness_cmd, rollout_cmd
 from forge_cli.errors import ConfigError, UserError
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(harness_cmd.app, name="harness")
 app.command("rollout")(rollout_cmd.rollout)
 app.command("doctor")(doctor_cmd.doctor)
 

@@ -1,0 +1,302 @@
+"""``forge harness install``: build a self-contained, relocatable harness bundle.
+
+Layout (``bundle_paths``): ``$FORGE_HOME/harnesses/<name>/`` with
+
+- ``bin/<entrypoint>``  a ``/bin/sh`` wrapper that finds everything relative to its own location, so
+  the bundle runs wherever it is mounted (read-only is fine), e.g. ``/opt/forge/harness``;
+- ``node/bin/node``     the pinned Node runtime (node harnesses);
+- ``lib/``              ``node_modules`` (npm), ``python/`` site-packages (PyPI) or the program itself;
+- ``manifest.json``     versions, sizes, hashes; written last, so its presence means "installed".
+
+The bundle is built in a hidden temporary directory beside its final place and renamed into place
+only after its entry point ran; a failed install leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forge_cli import __version__
+from forge_cli.config.schema import HarnessConfig
+from forge_cli.errors import UserError
+from forge_cli.harness import node_runtime, npm, pypi
+from forge_cli.harness.bundle_paths import bundle_dir, manifest_path
+from forge_cli.harness.proc import SYSTEM_PATH, is_elf, sha256_file
+from forge_cli.paths import bundles_dir, forge_home
+
+MANIFEST_SCHEMA = 1
+Progress = Callable[[str], None]
+
+
+# ---------------------------------------------------------------- harness configs
+def known_harnesses(config_dir: Path | None = None) -> dict[str, Path]:
+    from forge_cli.config.compose import group_options
+
+    return group_options(config_dir)["harness"]
+
+
+def load_harness(name: str, config_dir: Path | None = None) -> HarnessConfig:
+    """The validated harness config ``name``; a UserError listing the known ones when there is none."""
+    from pydantic import ValidationError
+
+    known = known_harnesses(config_dir)
+    if name not in known:
+        raise UserError(f"unknown harness '{name}'", fix=f"known harnesses: {', '.join(sorted(known))}", exit_code=2)
+    try:
+        return HarnessConfig.model_validate(yaml.safe_load(known[name].read_text()))
+    except (yaml.YAMLError, ValidationError) as exc:
+        first = str(exc).strip().splitlines()
+        raise UserError(f"{known[name]} is not a valid harness config: {' '.join(first[:3])}", exit_code=2) from None
+
+
+# ---------------------------------------------------------------- manifest / listing
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def installed_bundles() -> list[dict[str, Any]]:
+    """Manifests of every installed bundle, by name."""
+    root = bundles_dir()
+    if not root.is_dir():
+        return []
+    out = []
+    for entry in sorted(root.iterdir()):
+        manifest = read_manifest(entry / "manifest.json") if not entry.name.startswith(".") else None
+        if manifest is not None:
+            out.append({**manifest, "path": str(entry)})
+    return out
+
+
+def tree_stats(root: Path) -> tuple[int, int]:
+    """(file count, bytes) of a directory tree; symlinks count as files of their own size."""
+    files = size = 0
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            files += 1
+            size += os.lstat(os.path.join(dirpath, name)).st_size
+    return files, size
+
+
+# ---------------------------------------------------------------- wrappers
+NODE_WRAPPER = '''\
+#!/bin/sh
+# forge bundle {harness}: {spec} on the bundle's own Node {node}; paths are relative to this script
+d=$(dirname "$0")
+PATH="$d/../node/bin:$PATH"
+export PATH
+exec "$d/../node/bin/node" "$d/../{target}" "$@"
+'''
+
+NATIVE_WRAPPER = '''\
+#!/bin/sh
+# forge bundle {harness}: {spec} (native program); paths are relative to this script
+d=$(dirname "$0")
+{path_line}exec "$d/../{target}" "$@"
+'''
+
+
+def _write_wrapper(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def _npm_wrapper(harness: HarnessConfig, tmp: Path, node_version: str | None) -> Path:
+    target = npm.entry_target(harness, tmp / "lib")
+    rel = target.relative_to(tmp.resolve()).as_posix()
+    spec = " ".join(npm.specs(harness))
+    if is_elf(target):
+        path_line = 'PATH="$d/../node/bin:$PATH"\nexport PATH\n' if node_version else ""
+        text = NATIVE_WRAPPER.format(harness=harness.name, spec=spec, target=rel, path_line=path_line)
+    elif node_version is None:
+        raise UserError(f"{harness.name}: {rel} is a JavaScript program but the harness's runtime is "
+                        f"'{harness.runtime}'", fix=f"set runtime: node in configs/harness/{harness.name}.yaml")
+    else:
+        text = NODE_WRAPPER.format(harness=harness.name, spec=spec, node=node_version, target=rel)
+    _write_wrapper(tmp / "bin" / harness.entrypoint, text)
+    return target
+
+
+# ---------------------------------------------------------------- verification
+def verify_entrypoint(bundle: Path, harness: HarnessConfig, log: Path) -> str:
+    """Run ``bin/<entrypoint> --version`` (``--help`` when it has none) with a scratch HOME and a bare
+    environment; its first line of output, or a UserError with what it printed."""
+    program = bundle / "bin" / harness.entrypoint
+    # forge's builtin harness is a Python file the command runs with python3
+    argv = ["python3", str(program)] if harness.package.manager == "builtin" else [str(program)]
+    with tempfile.TemporaryDirectory(prefix="forge-verify-") as home:
+        env = {"HOME": home, "PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1"}
+        outputs = []
+        for flag in ("--version", "--help"):
+            try:
+                proc = subprocess.run([*argv, flag], env=env, cwd=home, stdin=subprocess.DEVNULL,
+                                      capture_output=True, text=True, errors="replace", timeout=120, check=False)
+            except subprocess.TimeoutExpired:
+                outputs.append(f"{flag}: timed out after 120 s")
+                continue
+            except OSError as exc:
+                outputs.append(f"{flag}: cannot be started ({exc.strerror})")
+                break
+            text = (proc.stdout.strip() or proc.stderr.strip())
+            with log.open("a") as fh:
+                fh.write(f"$ bin/{harness.entrypoint} {flag}\n{proc.stdout}{proc.stderr}(exit {proc.returncode})\n\n")
+            if proc.returncode == 0 and text:
+                return f"{flag}: {text.splitlines()[0].strip()}"
+            outputs.append(f"{flag}: exit {proc.returncode}: {' | '.join(text.splitlines()[-3:])}")
+    raise UserError(f"the installed {harness.name} does not run: " + "; ".join(outputs), fix=f"see the log {log}")
+
+
+# ---------------------------------------------------------------- install
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    root = bundles_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / f".{name}.lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def log_path(harness: HarnessConfig) -> Path:
+    return forge_home() / "logs" / f"harness-install-{harness.name}.log"
+
+
+def install(
+    harness: HarnessConfig,
+    *,
+    offline: bool = False,
+    force: bool = False,
+    binary_path: Path | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Install ``harness`` as a bundle and return its manifest (the existing one when it is current)."""
+    say = progress or (lambda _msg: None)
+    final = bundle_dir(harness)
+    with _locked(harness.name):
+        current = read_manifest(manifest_path(harness))
+        if current and not force and current.get("version") == harness.package.version \
+                and current.get("extras") == list(harness.package.extra):
+            return {**current, "already_installed": True}
+        log = log_path(harness)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"forge {__version__}: installing {harness.name} ({datetime.now(UTC).isoformat()})\n\n")
+        for stale in final.parent.glob(f".{harness.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        started = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{harness.name}.tmp-", dir=final.parent))
+        try:
+            manifest = _build(harness, tmp, offline=offline, binary_path=binary_path, log=log, say=say)
+            files, size = tree_stats(tmp)
+            manifest.update(file_count=files + 1, size_bytes=size, offline=offline,
+                            install_seconds=round(time.monotonic() - started, 1),
+                            installed_at=datetime.now(UTC).isoformat(timespec="seconds"))
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+            tmp.chmod(0o755)
+            old = final.parent / f".{harness.name}.old-{os.getpid()}"
+            if final.exists():
+                os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    say(f"installed {harness.name} {harness.package.version} in {manifest['install_seconds']} s")
+    return manifest
+
+
+def _build(harness: HarnessConfig, tmp: Path, *, offline: bool, binary_path: Path | None, log: Path,
+           say: Progress) -> dict[str, Any]:
+    pkg = harness.package
+    manifest: dict[str, Any] = {
+        "schema": MANIFEST_SCHEMA, "name": harness.name, "manager": pkg.manager, "package": pkg.name,
+        "version": pkg.version, "extras": list(pkg.extra), "runtime": harness.runtime,
+        "entrypoint": f"bin/{harness.entrypoint}", "forge_version": __version__,
+    }
+    key_files: list[Path] = []
+    if pkg.manager == "npm":
+        say("fetching the pinned Node runtime")
+        node = node_runtime.ensure_node(offline=offline, log=log)
+        if not node_runtime.satisfies(node.version, harness.node_min):
+            raise UserError(f"{harness.name} needs Node >= {harness.node_min}; forge pins {node.version}",
+                            fix="raise NODE_VERSION in forge_cli/harness/node_runtime.py")
+        node_version = None
+        if harness.runtime == "node":
+            key_files.append(node_runtime.link_into(node, tmp))
+            node_version = node.version
+            manifest["node"] = {"package": node_runtime.NODE_PACKAGE, "version": node.version,
+                                "tarball": node.tarball.name, "tarball_sha256": node.tarball_sha256}
+        say(f"installing {' '.join(npm.specs(harness))} with npm" + (" (offline)" if offline else ""))
+        npm.install(harness, tmp / "lib", node, offline=offline, log=log)
+        key_files.append(_npm_wrapper(harness, tmp, node_version))
+        manifest["packages"] = npm.installed_packages(tmp / "lib")
+        manifest["artifacts"] = npm.artifacts(harness, tmp / "lib")
+    elif pkg.manager == "pypi":
+        say(f"installing {' '.join(pypi.spec(harness))} with pip" + (" (offline)" if offline else ""))
+        pypi.install(harness, tmp, offline=offline, log=log)
+        key_files.append(pypi.write_launcher(harness, tmp))
+        manifest["python"] = pypi.PYTHON_TAG
+        manifest["packages"] = pypi.installed_packages(tmp)
+        manifest["artifacts"] = pypi.artifacts(harness, manifest["packages"])
+    elif pkg.manager == "builtin":
+        key_files.append(_install_builtin(harness, tmp))
+        manifest["packages"] = {str(pkg.name): str(pkg.version)}
+    else:
+        key_files.append(_install_binary(harness, tmp, binary_path))
+        manifest["packages"] = {str(pkg.name): str(pkg.version)}
+    key_files.append(tmp / "bin" / harness.entrypoint)
+    say(f"checking that bin/{harness.entrypoint} runs")
+    manifest["version_output"] = verify_entrypoint(tmp, harness, log)
+    manifest["key_files"] = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in key_files}
+    return manifest
+
+
+def _install_builtin(harness: HarnessConfig, tmp: Path) -> Path:
+    """forge's own harness: one stdlib Python file shipped in forge_cli/harness/ (``react_agent.py``)."""
+    source = Path(__file__).resolve().parent / f"{harness.name}_agent.py"
+    if not source.is_file():
+        raise UserError(f"forge's builtin harness '{harness.name}' is missing from this installation ({source})",
+                        fix="reinstall forge (scripts/setup.sh core) or update the checkout")
+    target = tmp / "bin" / harness.entrypoint
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    target.chmod(0o755)
+    return target
+
+
+def _install_binary(harness: HarnessConfig, tmp: Path, binary_path: Path | None) -> Path:
+    """A user-provided program (zeroclaw): copied into ``lib/`` with a wrapper in ``bin/``."""
+    given = binary_path or (Path(harness.binary_path) if harness.binary_path else None)
+    if given is None:
+        raise UserError(f"{harness.name} is not on any package registry: forge needs its binary from you",
+                        fix=f"forge harness install {harness.name} --binary PATH (the {harness.entrypoint} "
+                            "executable downloaded from its project's releases)", exit_code=2)
+    source = given.expanduser()
+    if not source.is_file() or not os.access(source, os.X_OK):
+        raise UserError(f"{source} is not an executable file", fix="pass the path of the downloaded binary",
+                        exit_code=2)
+    target = tmp / "lib" / harness.entrypoint
+    target.parent.mkdir(parents=True)
+    shutil.copy2(source, target)
+    target.chmod(0o755)
+    _write_wrapper(tmp / "bin" / harness.entrypoint, NATIVE_WRAPPER.format(
+        harness=harness.name, spec=f"user-provided {source.name}", target=f"lib/{harness.entrypoint}", path_line=""))
+    return target
