@@ -48,10 +48,13 @@ class SandboxError(UserError):
 
     status: Status = "infra_error"
 
-    def __init__(self, message: str, fix: str | None = None, *, status: Status | None = None) -> None:
+    def __init__(self, message: str, fix: str | None = None, *, status: Status | None = None,
+                 result: ExecResult | None = None) -> None:
         super().__init__(message, fix, exit_code=3)
         if status is not None:
             self.status = status
+        # what the interrupted command printed before the sandbox failed
+        self.result = result
 
 
 class SandboxUnavailable(SandboxError):
@@ -63,14 +66,11 @@ class SandboxConfigError(SandboxError):
 
 
 class SandboxGone(SandboxError):
-    """The sandbox died under a running rollout: killed, out of memory, or past its deadline."""
+    """The sandbox died under a running rollout: killed, removed, or past its deadline."""
 
-    def __init__(self, message: str, fix: str | None = None, *, status: Status | None = None,
-                 oom_killed: bool = False, result: ExecResult | None = None) -> None:
-        super().__init__(message, fix, status=status)
-        self.oom_killed = oom_killed
-        # what the interrupted command printed before the sandbox went away
-        self.result = result
+
+class SandboxOutOfMemory(SandboxError):
+    """A command in the sandbox was killed by the out-of-memory killer at the sandbox's memory limit."""
 
 
 @dataclass

@@ -7,15 +7,19 @@ from typing import Any
 
 from forge_cli.runtime.spec import SandboxSpec
 
-# the container idles; forge runs the harness and verifiers with exec
-IDLE_COMMAND = ["sleep", "infinity"]
+
+
+def idle_command(spec: SandboxSpec) -> list[str]:
+    """The container idles while forge execs the harness and verifiers into it; it exits by itself at the
+    sandbox's deadline, so a sandbox whose forge process died does not run on forever."""
+    return ["sleep", str(spec.timeout_s)]
 
 
 def container_kwargs(spec: SandboxSpec) -> dict[str, Any]:
     """Keyword arguments for ``docker.containers.create`` (one container per rollout)."""
     kwargs: dict[str, Any] = {
         "image": spec.image,
-        "command": IDLE_COMMAND,
+        "command": idle_command(spec),
         "name": spec.name,
         "labels": spec.all_labels,
         "environment": dict(spec.env),
@@ -54,5 +58,5 @@ def docker_run_command(spec: SandboxSpec) -> str:
         args += ["-v", f"{host}:{bind['bind']}:{bind['mode']}"]
     for key, value in kw["environment"].items():
         args += ["-e", f"{key}={value}"]
-    args += [kw["image"], *IDLE_COMMAND]
+    args += [kw["image"], *kw["command"]]
     return shlex.join(args)

@@ -47,7 +47,7 @@ class _ProcessHandle(ExecHandle):
             self.queue.put_nowait((stream, chunk))
 
     async def _end(self) -> None:
-        await asyncio.gather(*self._readers)
+        await asyncio.gather(*self._readers, return_exceptions=True)
         self.queue.put_nowait(None)
 
     async def wait(self) -> int | None:
@@ -59,12 +59,12 @@ class _ProcessHandle(ExecHandle):
 
     async def kill(self) -> None:
         _kill_group(self.proc.pid)
-        # a grandchild that kept the pipes open must not hold the reader forever
-        for reader in self._readers:
-            reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._readers, return_exceptions=True)
-        self.queue.put_nowait(None)
+        # a process that left the group but kept the pipes open must not hold the readers forever
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ended), timeout=1.0)
+        except TimeoutError:
+            for reader in self._readers:
+                reader.cancel()
         await self.proc.wait()
         self.pid_file.unlink(missing_ok=True)
 
@@ -85,7 +85,15 @@ class _FailedStart(ExecHandle):
         return None
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_group(pgid: int, home: Path | None = None) -> None:
+    """SIGKILL a process group; with ``home``, only if its leader still is that sandbox's (pid reuse)."""
+    if home is not None:
+        try:
+            environ = Path(f"/proc/{pgid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return
+        if f"HOME={home}".encode() not in environ:
+            return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
@@ -186,5 +194,14 @@ def _remove_sandbox_dir(root: Path) -> None:
     if pids.is_dir():
         for entry in pids.iterdir():
             if entry.name.isdigit():
-                _kill_group(int(entry.name))
+                _kill_group(int(entry.name), root / "home")
+    # processes that left their group (setsid) still carry the sandbox's HOME
+    marker = f"HOME={root / 'home'}".encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if marker in proc.joinpath("environ").read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                continue
     shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,254 @@
+"""docker backend (Docker SDK for Python): one container per rollout.
+
+The container is created from :func:`container_kwargs` (labels ``forge.run``/``forge.rollout``,
+CPU/memory/pids limits, ``cap_drop=ALL``, no-new-privileges, host networking by default, the harness
+bundle bind-mounted read-only, nothing else from the host) and idles until its deadline; commands are
+exec'd into it. Files move as tar archives through the daemon. ``cleanup`` removes containers by label.
+forge never pulls: images come from ``scripts/base-image.sh`` or ``forge image build``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import re
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from forge_cli.config.schema import DockerRuntime
+from forge_cli.runtime.base import (
+    ExecResult,
+    SandboxConfigError,
+    SandboxError,
+    SandboxGone,
+    SandboxOutOfMemory,
+    SandboxUnavailable,
+)
+from forge_cli.runtime.container import ContainerSandbox, Emit
+from forge_cli.runtime.docker_spec import container_kwargs
+from forge_cli.runtime.spec import LABEL_RUN, label_value
+
+DAEMON_FIX = "start dockerd: scripts/dockerd.sh (or scripts/setup.sh docker), or set runtime.docker_host"
+OOM_COUNTERS = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
+_clients: dict[str | None, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(runtime: DockerRuntime) -> Any:
+    """One shared DockerClient per daemon address (its connection pool sized for many concurrent execs)."""
+    import docker
+
+    with _clients_lock:
+        client = _clients.get(runtime.docker_host)
+        if client is None:
+            try:
+                if runtime.docker_host:
+                    client = docker.DockerClient(base_url=runtime.docker_host, max_pool_size=256, timeout=120)
+                else:
+                    client = docker.from_env(max_pool_size=256, timeout=120)
+                client.ping()
+            except Exception as error:
+                where = runtime.docker_host or "the local socket (DOCKER_HOST)"
+                raise SandboxUnavailable(f"cannot reach dockerd at {where}: {_short(error)}", DAEMON_FIX) from error
+            _clients[runtime.docker_host] = client
+        return client
+
+
+def _short(error: BaseException) -> str:
+    text = getattr(error, "explanation", None) or str(error)
+    return str(text).splitlines()[0][:300] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def docker_errors(what: str) -> Iterator[None]:
+    """Map Docker SDK and connection errors to SandboxErrors with one clear message."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except SandboxError:
+        raise
+    except docker.errors.ImageNotFound as error:
+        raise SandboxConfigError(f"{what}: {_short(error)}",
+                                 "build the image first (scripts/base-image.sh, forge image build); "
+                                 "forge never pulls from a registry") from error
+    except docker.errors.NotFound as error:
+        raise SandboxGone(f"{what}: the container is gone ({_short(error)})") from error
+    except docker.errors.APIError as error:
+        text = _short(error)
+        if error.status_code == 409 and "is not running" in text:
+            raise SandboxGone(f"{what}: the container is not running ({text})") from error
+        if error.status_code == 409 and "already in use" in text:
+            raise SandboxConfigError(f"{what}: {text}",
+                                     "a sandbox of the same rollout is left over: forge sandbox cleanup RUN") from error
+        if error.status_code is not None and 400 <= error.status_code < 500:
+            raise SandboxConfigError(f"{what}: docker refused it: {text}") from error
+        raise SandboxError(f"{what}: dockerd failed: {text}", DAEMON_FIX) from error
+    except (requests.exceptions.ConnectionError, docker.errors.DockerException, ConnectionError) as error:
+        raise SandboxUnavailable(f"{what}: lost the connection to dockerd ({_short(error)})", DAEMON_FIX) from error
+
+
+def _parse_oom_kills(text: str) -> int:
+    return sum(int(n) for n in re.findall(r"^oom_kill (\d+)$", text, re.MULTILINE))
+
+
+class DockerSandbox(ContainerSandbox):
+    kind = "docker"
+
+    def __init__(self, spec: Any, runtime: DockerRuntime, log_dir: Path | None = None) -> None:
+        super().__init__(spec, runtime, log_dir)
+        self.container_id: str | None = None
+        self._oom_kills = 0
+
+    @classmethod
+    def default_runtime(cls) -> DockerRuntime:
+        return DockerRuntime(kind="docker", description="docker sandboxes")
+
+    @property
+    def api(self) -> Any:
+        return client_for(self.runtime).api
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _start(self) -> None:
+        await asyncio.to_thread(self._start_blocking)
+
+    def _start_blocking(self) -> None:
+        kwargs = container_kwargs(self.spec)
+        kwargs.pop("detach", None)
+        if self.spec.bundle_host_path and not Path(self.spec.bundle_host_path).is_dir():
+            raise SandboxConfigError(f"harness bundle {self.spec.bundle_host_path} does not exist",
+                                     "install it first: forge harness install NAME")
+        client = client_for(self.runtime)
+        with docker_errors(f"creating sandbox {self.spec.name} from image '{self.spec.image}'"):
+            container = client.containers.create(**kwargs)
+            self.container_id = container.id
+            container.start()
+
+    async def _stop(self) -> None:
+        if self.container_id is not None:
+            await asyncio.to_thread(self._stop_blocking)
+
+    def _stop_blocking(self) -> None:
+        import docker.errors
+
+        with docker_errors(f"removing sandbox {self.spec.name}"):
+            try:
+                if self.log_dir is not None:
+                    self._save_logs()
+                self.api.remove_container(self.container_id, force=True, v=True)
+            except docker.errors.NotFound:
+                return
+
+    def _save_logs(self) -> None:
+        assert self.log_dir is not None
+        logs = self.api.logs(self.container_id, stdout=True, stderr=True)
+        (self.log_dir / "container.log").write_bytes(logs)
+        state = self.api.inspect_container(self.container_id)["State"]
+        (self.log_dir / "container-state.json").write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    async def _cleanup(cls, run_id: str | None, runtime: Any) -> list[str]:
+        return await asyncio.to_thread(cls._cleanup_blocking, run_id, runtime)
+
+    @classmethod
+    def _cleanup_blocking(cls, run_id: str | None, runtime: DockerRuntime) -> list[str]:
+        import docker.errors
+
+        api = client_for(runtime).api
+        label = f"{LABEL_RUN}={label_value(run_id)}" if run_id else LABEL_RUN
+        removed = []
+        with docker_errors("cleaning up sandboxes"):
+            for info in api.containers(all=True, filters={"label": label}):
+                with contextlib.suppress(docker.errors.NotFound):
+                    api.remove_container(info["Id"], force=True, v=True)
+                removed.append(info["Names"][0].lstrip("/") if info.get("Names") else info["Id"][:12])
+        return removed
+
+    # ------------------------------------------------------------------ exec
+    def _run_blocking(self, argv: list[str], emit: Emit, stdin: bytes | None = None) -> int | None:
+        what = f"running a command in sandbox {self.spec.name}"
+        with docker_errors(what):
+            exec_id = self.api.exec_create(self.container_id, argv, stdout=True, stderr=True, stdin=False)["Id"]
+            for out, err in self.api.exec_start(exec_id, stream=True, demux=True):
+                if out:
+                    emit("stdout", out)
+                if err:
+                    emit("stderr", err)
+            code = self.api.exec_inspect(exec_id)["ExitCode"]
+            return code if isinstance(code, int) else None
+
+    async def _check_alive(self, result: ExecResult) -> None:
+        state = await asyncio.to_thread(self._state)
+        if not state.get("Running"):
+            if state.get("OOMKilled"):
+                raise SandboxOutOfMemory(
+                    f"sandbox {self.spec.name} ran out of memory (limit {self.spec.resources.memory})", result=result)
+            if time.monotonic() >= self.deadline:
+                raise SandboxGone(f"sandbox {self.spec.name} ran past its deadline of {self.spec.timeout_s}s",
+                                  status="timeout", result=result)
+            raise SandboxGone(f"sandbox {self.spec.name} stopped under the command "
+                              f"({state.get('Status', 'gone')}, exit code {state.get('ExitCode')})", result=result)
+        if result.exit_code == 137:
+            chunks: list[bytes] = []
+            await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", OOM_COUNTERS],
+                                    lambda _s, chunk: chunks.append(chunk))
+            kills = _parse_oom_kills(b"".join(chunks).decode(errors="replace"))
+            if kills > self._oom_kills:
+                self._oom_kills = kills
+                raise SandboxOutOfMemory(
+                    f"a command in sandbox {self.spec.name} was killed for running out of memory "
+                    f"(limit {self.spec.resources.memory})", result=result)
+
+    def _state(self) -> dict[str, Any]:
+        import docker.errors
+
+        with docker_errors(f"inspecting sandbox {self.spec.name}"):
+            try:
+                state: dict[str, Any] = self.api.inspect_container(self.container_id)["State"]
+            except docker.errors.NotFound:
+                return {"Running": False, "Status": "removed"}
+            return state
+
+    # ------------------------------------------------------------------ files
+    async def _write_file(self, path: str, data: bytes) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+
+        def put() -> None:
+            with docker_errors(f"writing {path} in sandbox {self.spec.name}"):
+                if not self.api.put_archive(self.container_id, "/", buffer.getvalue()):
+                    raise SandboxError(f"docker refused to write {path} in sandbox {self.spec.name}")
+
+        await asyncio.to_thread(put)
+
+    async def _read_file(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._read_blocking, path)
+
+    def _read_blocking(self, path: str) -> bytes:
+        import docker.errors
+
+        with docker_errors(f"reading {path} in sandbox {self.spec.name}"):
+            try:
+                stream, stat = self.api.get_archive(self.container_id, path)
+            except docker.errors.NotFound as error:
+                raise FileNotFoundError(path) from error
+            if stat.get("mode", 0) & (1 << 31):  # Go's os.ModeDir
+                raise IsADirectoryError(path)
+            archive = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r", encoding="utf-8") as tar:
+            for member in tar:
+                if member.isfile():
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None
+                    return extracted.read()
+        raise FileNotFoundError(f"{path} is not a regular file")
