@@ -8,7 +8,6 @@ from typing import Any
 from forge_cli.runtime.spec import SandboxSpec
 
 
-
 def idle_command(spec: SandboxSpec) -> list[str]:
     """The container idles while forge execs the harness and verifiers into it; it exits by itself at the
     sandbox's deadline, so a sandbox whose forge process died does not run on forever."""
