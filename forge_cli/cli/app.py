@@ -7,7 +7,7 @@ import sys
 import typer
 
 from forge_cli import __version__
-from forge_cli.cli import config_cmd, doctor_cmd, harness_cmd, rollout_cmd
+from forge_cli.cli import config_cmd, doctor_cmd, harness_cmd, image_cmd, k8s_cmd, rollout_cmd, sandbox_cmd
 from forge_cli.errors import ConfigError, UserError
 
 app = typer.Typer(
@@ -22,6 +22,9 @@ app = typer.Typer(
 )
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(harness_cmd.app, name="harness")
+app.add_typer(sandbox_cmd.app, name="sandbox")
+app.add_typer(image_cmd.app, name="image")
+app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
 app.command("doctor")(doctor_cmd.doctor)
 

@@ -127,6 +127,9 @@ class KubernetesRuntime(_RuntimeBase):
     proxy_service: str = "forge-proxy"
     proxy_port: Annotated[int, Field(gt=0, lt=65536)] = 8800
     bundle_image: str = "forge-harness-bundles:latest"
+    # image and command of the capture proxy Deployment that `forge k8s manifests` prints
+    proxy_image: str = "forge:latest"
+    proxy_command: list[str] = ["forge", "proxy", "serve"]
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_api_concurrency: Annotated[int, Field(gt=0)] = 16
 

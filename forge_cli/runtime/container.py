@@ -10,15 +10,28 @@ and returns the exit code.
 from __future__ import annotations
 
 import abc
+import asyncio
 import re
 import shlex
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from forge_cli.runtime.base import ExecHandle, Sandbox, Stream, ThreadedExecHandle
+from forge_cli.runtime.base import (
+    ExecHandle,
+    ExecResult,
+    Sandbox,
+    SandboxGone,
+    SandboxOutOfMemory,
+    Stream,
+    ThreadedExecHandle,
+)
 
 PID_DIR = "/tmp/.forge-exec"
+# the OOM killer's counter of the container's memory cgroup (v1, then v2)
+OOM_COUNTERS = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Emit = Callable[[Stream, bytes], None]
 
@@ -50,8 +63,47 @@ def kill_command(exec_id: str) -> list[str]:
                              f"rm -f {pid_file}; exit 0"]
 
 
+@dataclass
+class ContainerState:
+    running: bool
+    oom_killed: bool = False
+    # e.g. "exited, exit code 137", "removed", "DeadlineExceeded"
+    detail: str = ""
+
+
+def parse_oom_kills(text: str) -> int:
+    return sum(int(n) for n in re.findall(r"^oom_kill (\d+)$", text, re.MULTILINE))
+
+
 class ContainerSandbox(Sandbox):
     """A sandbox that is one long-lived container into which commands are exec'd."""
+
+    _oom_kills = 0
+
+    async def _check_alive(self, result: ExecResult) -> None:
+        state = await asyncio.to_thread(self._container_state)
+        memory = self.spec.resources.memory
+        if not state.running:
+            if state.oom_killed:
+                raise SandboxOutOfMemory(f"sandbox {self.spec.name} ran out of memory (limit {memory})", result=result)
+            if time.monotonic() >= self.deadline:
+                raise SandboxGone(f"sandbox {self.spec.name} ran past its deadline of {self.spec.timeout_s}s",
+                                  status="timeout", result=result)
+            raise SandboxGone(f"sandbox {self.spec.name} stopped under the command ({state.detail})", result=result)
+        if result.exit_code == 137:
+            # SIGKILL inside a live container: the OOM killer at the memory limit, or the command's own doing
+            chunks: list[bytes] = []
+            await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", OOM_COUNTERS],
+                                    lambda _s, chunk: chunks.append(chunk))
+            kills = parse_oom_kills(b"".join(chunks).decode(errors="replace"))
+            if kills > self._oom_kills:
+                self._oom_kills = kills
+                raise SandboxOutOfMemory(f"a command in sandbox {self.spec.name} was killed for running out of "
+                                         f"memory (limit {memory})", result=result)
+
+    @abc.abstractmethod
+    def _container_state(self) -> ContainerState:
+        """Whether the container still runs (blocking; called in a worker thread)."""
 
     async def _start_exec(self, argv: list[str], env: dict[str, str], cwd: str) -> ExecHandle:
         exec_id = uuid.uuid4().hex

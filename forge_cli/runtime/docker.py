@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import io
 import json
-import re
 import tarfile
 import threading
 import time
@@ -23,19 +22,16 @@ from typing import Any
 
 from forge_cli.config.schema import DockerRuntime
 from forge_cli.runtime.base import (
-    ExecResult,
     SandboxConfigError,
     SandboxError,
     SandboxGone,
-    SandboxOutOfMemory,
     SandboxUnavailable,
 )
-from forge_cli.runtime.container import ContainerSandbox, Emit
+from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
 from forge_cli.runtime.docker_spec import container_kwargs
 from forge_cli.runtime.spec import LABEL_RUN, label_value
 
 DAEMON_FIX = "start dockerd: scripts/dockerd.sh (or scripts/setup.sh docker), or set runtime.docker_host"
-OOM_COUNTERS = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
 _clients: dict[str | None, Any] = {}
 _clients_lock = threading.Lock()
 
@@ -95,17 +91,12 @@ def docker_errors(what: str) -> Iterator[None]:
         raise SandboxUnavailable(f"{what}: lost the connection to dockerd ({_short(error)})", DAEMON_FIX) from error
 
 
-def _parse_oom_kills(text: str) -> int:
-    return sum(int(n) for n in re.findall(r"^oom_kill (\d+)$", text, re.MULTILINE))
-
-
 class DockerSandbox(ContainerSandbox):
     kind = "docker"
 
     def __init__(self, spec: Any, runtime: DockerRuntime, log_dir: Path | None = None) -> None:
         super().__init__(spec, runtime, log_dir)
         self.container_id: str | None = None
-        self._oom_kills = 0
 
     @classmethod
     def default_runtime(cls) -> DockerRuntime:
@@ -184,37 +175,16 @@ class DockerSandbox(ContainerSandbox):
             code = self.api.exec_inspect(exec_id)["ExitCode"]
             return code if isinstance(code, int) else None
 
-    async def _check_alive(self, result: ExecResult) -> None:
-        state = await asyncio.to_thread(self._state)
-        if not state.get("Running"):
-            if state.get("OOMKilled"):
-                raise SandboxOutOfMemory(
-                    f"sandbox {self.spec.name} ran out of memory (limit {self.spec.resources.memory})", result=result)
-            if time.monotonic() >= self.deadline:
-                raise SandboxGone(f"sandbox {self.spec.name} ran past its deadline of {self.spec.timeout_s}s",
-                                  status="timeout", result=result)
-            raise SandboxGone(f"sandbox {self.spec.name} stopped under the command "
-                              f"({state.get('Status', 'gone')}, exit code {state.get('ExitCode')})", result=result)
-        if result.exit_code == 137:
-            chunks: list[bytes] = []
-            await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", OOM_COUNTERS],
-                                    lambda _s, chunk: chunks.append(chunk))
-            kills = _parse_oom_kills(b"".join(chunks).decode(errors="replace"))
-            if kills > self._oom_kills:
-                self._oom_kills = kills
-                raise SandboxOutOfMemory(
-                    f"a command in sandbox {self.spec.name} was killed for running out of memory "
-                    f"(limit {self.spec.resources.memory})", result=result)
-
-    def _state(self) -> dict[str, Any]:
+    def _container_state(self) -> ContainerState:
         import docker.errors
 
         with docker_errors(f"inspecting sandbox {self.spec.name}"):
             try:
                 state: dict[str, Any] = self.api.inspect_container(self.container_id)["State"]
             except docker.errors.NotFound:
-                return {"Running": False, "Status": "removed"}
-            return state
+                return ContainerState(running=False, detail="the container was removed")
+        return ContainerState(running=bool(state.get("Running")), oom_killed=bool(state.get("OOMKilled")),
+                              detail=f"{state.get('Status')}, exit code {state.get('ExitCode')}")
 
     # ------------------------------------------------------------------ files
     async def _write_file(self, path: str, data: bytes) -> None:

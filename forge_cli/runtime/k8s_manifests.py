@@ -88,3 +88,66 @@ def network_policy(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, A
             ],
         },
     }
+
+
+CONTROLLER_ACCOUNT = "forge"
+
+
+def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
+    """What a cluster needs once before forge runs sandboxes in it (``forge k8s manifests``).
+
+    The namespace; the sandbox service account (no API permissions, token not mounted); forge's own
+    service account with a Role for exactly what the backend calls (pods, pods/exec, pods/log,
+    networkpolicies); and the capture proxy as a Deployment + Service that sandboxes reach.
+    """
+    ns = runtime.namespace
+    app = {"app.kubernetes.io/name": runtime.proxy_service, "app.kubernetes.io/part-of": "forge"}
+    meta = {"namespace": ns, "labels": {"app.kubernetes.io/part-of": "forge"}}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "forge"}}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": runtime.service_account, **meta},
+         "automountServiceAccountToken": False},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CONTROLLER_ACCOUNT, **meta}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": CONTROLLER_ACCOUNT, **meta},
+         "rules": [
+             {"apiGroups": [""], "resources": ["pods"],
+              "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
+             {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+              "verbs": ["create", "get", "list", "delete", "deletecollection"]},
+         ]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": CONTROLLER_ACCOUNT, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER_ACCOUNT},
+         "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": ns}]},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": runtime.proxy_service, "namespace": ns, "labels": app},
+         "spec": {
+             "replicas": 1,
+             "selector": {"matchLabels": {"app.kubernetes.io/name": runtime.proxy_service}},
+             "template": {
+                 "metadata": {"labels": app},
+                 "spec": {
+                     "serviceAccountName": CONTROLLER_ACCOUNT,
+                     "automountServiceAccountToken": False,
+                     "containers": [{
+                         "name": "proxy",
+                         "image": runtime.proxy_image,
+                         "imagePullPolicy": runtime.image_pull_policy,
+                         "command": [*runtime.proxy_command, "--host", "0.0.0.0", "--port", str(runtime.proxy_port)],
+                         "ports": [{"name": "proxy", "containerPort": runtime.proxy_port, "protocol": "TCP"}],
+                         "readinessProbe": {"tcpSocket": {"port": runtime.proxy_port}, "periodSeconds": 2},
+                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                     }],
+                 },
+             },
+         }},
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": runtime.proxy_service, "namespace": ns, "labels": app},
+         "spec": {"selector": {"app.kubernetes.io/name": runtime.proxy_service},
+                  "ports": [{"name": "proxy", "port": runtime.proxy_port, "targetPort": runtime.proxy_port,
+                             "protocol": "TCP"}]}},
+    ]

@@ -1,0 +1,33 @@
+"""``forge image build``: build an environment image on the local daemon (never pulls from a registry)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Build environment images for docker sandboxes.", no_args_is_help=True)
+
+
+@app.command("build")
+def build(
+    tag: Annotated[str, typer.Argument(help="Image name:tag to build, e.g. forge-env-swe:latest.", show_default=False)],
+    context: Annotated[Path, typer.Argument(help="Build context directory.")] = Path("."),
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="Dockerfile (default: CONTEXT/Dockerfile).")] = None,
+    docker_host: Annotated[str | None, typer.Option(help="Docker daemon address.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the image id.")] = False,
+) -> None:
+    """Build TAG from a Dockerfile whose FROM names a local image (e.g. forge-base:bookworm)."""
+    from forge_cli.cli.runtime_common import load_runtime
+    from forge_cli.errors import UserError
+    from forge_cli.runtime.images import build_image
+
+    dockerfile = file or context / "Dockerfile"
+    if not context.is_dir():
+        raise UserError(f"build context {context} is not a directory")
+    if not dockerfile.is_file():
+        raise UserError(f"no Dockerfile at {dockerfile}", "pass one with --file")
+    runtime = load_runtime("docker", docker_host=docker_host)
+    image_id = build_image(runtime, tag, context, dockerfile, echo=None if quiet else typer.echo)
+    typer.echo(image_id if quiet else f"built {tag} ({image_id[:19]})")

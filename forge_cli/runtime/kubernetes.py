@@ -1,0 +1,313 @@
+"""kubernetes backend (official ``kubernetes`` client): one Pod per rollout, egress only to the proxy.
+
+Creating a sandbox creates the NetworkPolicy and the Pod of :mod:`k8s_manifests` and waits until the
+Pod runs (image problems end the wait with one clear message). Commands and file transfers go through
+the exec stream API (files: ``head -c N > path`` fed on stdin, ``cat path`` read back, binary-safe).
+Every API call is bounded by a per-cluster semaphore and retried on transient errors (429, 5xx,
+connection resets). ``cleanup`` deletes Pods and NetworkPolicies by the ``forge.run`` label.
+
+No cluster runs on forge's CI machines: the call sequence is tested against a recorded fake, and
+the conformance suite runs against a real cluster when ``KUBECONFIG`` is set (see tests/runtime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from forge_cli.config.schema import KubernetesRuntime
+from forge_cli.runtime.base import (
+    SandboxConfigError,
+    SandboxError,
+    SandboxGone,
+    SandboxUnavailable,
+)
+from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
+from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
+from forge_cli.runtime.spec import LABEL_RUN, label_value
+
+log = logging.getLogger("forge.runtime.kubernetes")
+T = TypeVar("T")
+TRANSIENT_STATUS = {0, 408, 429, 500, 502, 503, 504}
+IMAGE_PROBLEMS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                  "CreateContainerConfigError", "CreateContainerError"}
+CONTEXT_FIX = ("point KUBECONFIG at a cluster or set runtime.context (a local one: "
+               "`kind create cluster && kind load docker-image forge-base:bookworm`)")
+READ_SCRIPT = 'if [ -d "$1" ]; then exit 21; fi; if [ ! -e "$1" ]; then exit 2; fi; exec cat -- "$1"'
+WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && head -c "$2" > "$1"'
+
+
+class KubeApis:
+    """The parts of the client the backend uses; tests substitute a recorded fake."""
+
+    def __init__(self, runtime: KubernetesRuntime) -> None:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        try:
+            config.load_kube_config(context=runtime.context)
+        except (ConfigException, FileNotFoundError, TypeError) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            try:
+                if runtime.context is not None:
+                    raise
+                config.load_incluster_config()
+            except Exception:
+                which = f"context '{runtime.context}'" if runtime.context else "context"
+                kubeconfig = os.environ.get("KUBECONFIG", "~/.kube/config (KUBECONFIG is not set)")
+                raise SandboxUnavailable(f"no Kubernetes {which} to run sandboxes in: kubeconfig {kubeconfig}: "
+                                         f"{reason}; not running inside a cluster either", CONTEXT_FIX) from error
+        self.core = client.CoreV1Api()
+        self.net = client.NetworkingV1Api()
+
+    def exec_stream(self, name: str, namespace: str, argv: list[str], stdin: bool) -> Any:
+        """An open exec websocket (``kubernetes.stream.ws_client.WSClient``, binary mode)."""
+        from kubernetes.stream import stream
+
+        return stream(self.core.connect_get_namespaced_pod_exec, name, namespace, command=argv, container="sandbox",
+                      stdin=stdin, stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
+
+
+class ApiGate:
+    """Bounds concurrent API calls per cluster and retries transient failures with backoff."""
+
+    def __init__(self, limit: int, attempts: int = 5, backoff_s: float = 0.2) -> None:
+        self.semaphore = threading.BoundedSemaphore(limit)
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                with self.semaphore:
+                    return fn(*args, **kwargs)
+            except Exception as error:
+                status = _status(error)
+                if status is None or status not in TRANSIENT_STATUS or attempt == self.attempts:
+                    raise
+                log.info("%s: transient error %s (attempt %d), retrying", what, status, attempt)
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+
+def _status(error: BaseException) -> int | None:
+    """HTTP status of an API error; 0 for connection-level failures; None for anything else."""
+    status = getattr(error, "status", None)
+    if isinstance(status, int):
+        return status
+    if isinstance(error, ConnectionError | TimeoutError) or type(error).__module__.startswith("urllib3"):
+        return 0
+    return None
+
+
+_apis: dict[tuple[str | None, int], tuple[Any, ApiGate]] = {}
+_apis_lock = threading.Lock()
+# tests replace this to run the backend against a fake API server
+api_factory: Callable[[KubernetesRuntime], Any] = KubeApis
+
+
+def apis_for(runtime: KubernetesRuntime) -> tuple[Any, ApiGate]:
+    key = (runtime.context, id(api_factory))
+    with _apis_lock:
+        if key not in _apis:
+            _apis[key] = (api_factory(runtime), ApiGate(runtime.max_api_concurrency))
+        return _apis[key]
+
+
+def _kube_error(what: str, error: BaseException) -> SandboxError:
+    status = _status(error)
+    body = str(getattr(error, "body", "") or getattr(error, "reason", "") or error).strip()[:300]
+    if status == 0:
+        return SandboxUnavailable(f"{what}: cannot reach the Kubernetes API server ({body})", CONTEXT_FIX)
+    if status in (401, 403):
+        return SandboxConfigError(f"{what}: the API server refused it ({status}: {body})",
+                                  "apply the RBAC that `forge k8s manifests` prints")
+    if status == 404:
+        return SandboxGone(f"{what}: not found ({body})")
+    if status is not None and 400 <= status < 500:
+        return SandboxConfigError(f"{what}: the API server rejected it ({status}: {body})")
+    return SandboxError(f"{what}: {type(error).__name__}: {body}")
+
+
+class KubernetesSandbox(ContainerSandbox):
+    kind = "kubernetes"
+    # how long a Pod may take to be scheduled and start (image pulls included)
+    START_TIMEOUT_S = 300.0
+    POLL_S = 0.5
+
+    def __init__(self, spec: Any, runtime: KubernetesRuntime, log_dir: Path | None = None) -> None:
+        super().__init__(spec, runtime, log_dir)
+        self.namespace = runtime.namespace
+        self.pod_name = spec.name
+        self._created: list[str] = []
+
+    @classmethod
+    def default_runtime(cls) -> KubernetesRuntime:
+        return KubernetesRuntime(kind="kubernetes", description="kubernetes sandboxes")
+
+    def _call(self, what: str, method: str, *args: Any, api: str = "core", **kwargs: Any) -> Any:
+        apis, gate = apis_for(self.runtime)
+        try:
+            return gate.call(what, getattr(getattr(apis, api), method), *args, **kwargs)
+        except SandboxError:
+            raise
+        except Exception as error:
+            raise _kube_error(what, error) from error
+
+    # ------------------------------------------------------------------ lifecycle
+    async def _start(self) -> None:
+        await asyncio.to_thread(self._start_blocking)
+
+    def _start_blocking(self) -> None:
+        what = f"creating sandbox {self.pod_name} in namespace {self.namespace}"
+        self._call(what, "create_namespaced_network_policy", self.namespace, network_policy(self.spec, self.runtime),
+                   api="net")
+        self._created.append("networkpolicy")
+        self._call(what, "create_namespaced_pod", self.namespace, pod_manifest(self.spec, self.runtime))
+        self._created.append("pod")
+        limit = time.monotonic() + min(self.START_TIMEOUT_S, float(self.spec.timeout_s))
+        while True:
+            pod = self._call(what, "read_namespaced_pod", self.pod_name, self.namespace)
+            phase = pod.status.phase if pod.status else None
+            if phase == "Running":
+                return
+            problem = _pod_problem(pod)
+            if problem:
+                raise SandboxConfigError(f"{what}: {problem}",
+                                         f"make image '{self.spec.image}' available to the cluster "
+                                         "(e.g. `kind load docker-image IMAGE`)")
+            if phase in ("Failed", "Succeeded"):
+                raise SandboxError(f"{what}: the pod ended before it ran ({phase}: {pod.status.message or ''})")
+            if time.monotonic() > limit:
+                raise SandboxError(f"{what}: the pod did not start within {limit:.0f}s (phase {phase})")
+            time.sleep(self.POLL_S)
+
+    async def _stop(self) -> None:
+        await asyncio.to_thread(self._stop_blocking)
+
+    def _stop_blocking(self) -> None:
+        what = f"removing sandbox {self.pod_name}"
+        if "pod" in self._created:
+            if self.log_dir is not None:
+                with contextlib.suppress(SandboxError):
+                    logs = self._call(what, "read_namespaced_pod_log", self.pod_name, self.namespace,
+                                      container="sandbox")
+                    (self.log_dir / "container.log").write_text(str(logs))
+            with contextlib.suppress(SandboxGone):
+                self._call(what, "delete_namespaced_pod", self.pod_name, self.namespace, grace_period_seconds=0)
+        if "networkpolicy" in self._created:
+            with contextlib.suppress(SandboxGone):
+                self._call(what, "delete_namespaced_network_policy", self.pod_name, self.namespace, api="net")
+
+    @classmethod
+    async def _cleanup(cls, run_id: str | None, runtime: Any) -> list[str]:
+        return await asyncio.to_thread(cls._cleanup_blocking, run_id, runtime)
+
+    @classmethod
+    def _cleanup_blocking(cls, run_id: str | None, runtime: KubernetesRuntime) -> list[str]:
+        apis, gate = apis_for(runtime)
+        selector = f"{LABEL_RUN}={label_value(run_id)}" if run_id else LABEL_RUN
+        ns = runtime.namespace
+        try:
+            pods = gate.call("listing sandboxes", apis.core.list_namespaced_pod, ns, label_selector=selector)
+            names = [pod.metadata.name for pod in pods.items]
+            gate.call("deleting sandboxes", apis.core.delete_collection_namespaced_pod, ns, label_selector=selector,
+                      grace_period_seconds=0)
+            gate.call("deleting network policies", apis.net.delete_collection_namespaced_network_policy, ns,
+                      label_selector=selector)
+        except Exception as error:
+            raise _kube_error(f"cleaning up sandboxes in namespace {ns}", error) from error
+        return names
+
+    # ------------------------------------------------------------------ exec
+    def _run_blocking(self, argv: list[str], emit: Emit, stdin: bytes | None = None) -> int | None:
+        apis, gate = apis_for(self.runtime)
+        what = f"running a command in sandbox {self.pod_name}"
+        try:
+            ws = gate.call(what, apis.exec_stream, self.pod_name, self.namespace, argv, stdin is not None)
+        except Exception as error:
+            raise _kube_error(what, error) from error
+        try:
+            if stdin is not None:
+                ws.write_stdin(stdin)
+            while ws.is_open():
+                ws.update(timeout=1)
+                self._pump(ws, emit)
+            self._pump(ws, emit)
+            code = ws.returncode
+        except Exception as error:
+            raise SandboxUnavailable(f"{what}: the exec stream broke ({error})", CONTEXT_FIX) from error
+        finally:
+            with contextlib.suppress(Exception):
+                ws.close()
+        return code if isinstance(code, int) else None
+
+    @staticmethod
+    def _pump(ws: Any, emit: Emit) -> None:
+        if ws.peek_stdout():
+            emit("stdout", _as_bytes(ws.read_stdout()))
+        if ws.peek_stderr():
+            emit("stderr", _as_bytes(ws.read_stderr()))
+
+    def _container_state(self) -> ContainerState:
+        try:
+            pod = self._call(f"inspecting sandbox {self.pod_name}", "read_namespaced_pod", self.pod_name,
+                             self.namespace)
+        except SandboxGone:
+            return ContainerState(running=False, detail="the pod was deleted")
+        phase = pod.status.phase if pod.status else None
+        terminated = None
+        for status in (pod.status.container_statuses or []) if pod.status else []:
+            if status.name == "sandbox" and status.state and status.state.terminated:
+                terminated = status.state.terminated
+        if phase == "Running" and terminated is None:
+            return ContainerState(running=True)
+        reason = (terminated.reason if terminated else None) or (pod.status.reason if pod.status else None) or ""
+        return ContainerState(running=False, oom_killed=reason == "OOMKilled", detail=f"{phase} {reason}".strip())
+
+    # ------------------------------------------------------------------ files
+    async def _write_file(self, path: str, data: bytes) -> None:
+        chunks: list[bytes] = []
+        code = await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path, str(len(data))],
+                                       lambda _s, chunk: chunks.append(chunk), data)
+        if code != 0:
+            raise SandboxError(f"writing {path} in sandbox {self.pod_name} failed: "
+                               f"{b''.join(chunks).decode(errors='replace').strip()}")
+
+    async def _read_file(self, path: str) -> bytes:
+        out: list[bytes] = []
+        err: list[bytes] = []
+
+        def collect(stream: str, chunk: bytes) -> None:
+            (out if stream == "stdout" else err).append(chunk)
+
+        code = await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", READ_SCRIPT, "sh", path], collect)
+        if code == 2:
+            raise FileNotFoundError(path)
+        if code == 21:
+            raise IsADirectoryError(path)
+        if code != 0:
+            raise SandboxError(f"reading {path} in sandbox {self.pod_name} failed: "
+                               f"{b''.join(err).decode(errors='replace').strip()}")
+        return b"".join(out)
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+def _pod_problem(pod: Any) -> str | None:
+    """Why a pending Pod will not start on its own (image missing, bad config), or None."""
+    statuses = list(pod.status.init_container_statuses or []) + list(pod.status.container_statuses or [])
+    for status in statuses:
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None and waiting.reason in IMAGE_PROBLEMS:
+            return f"container {status.name}: {waiting.reason}: {waiting.message or status.image}"
+    return None
