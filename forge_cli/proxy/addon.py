@@ -1,0 +1,421 @@
+"""forge's mitmproxy addon: serve ``/r/<rollout-id>/…`` model calls from the policy servers and record them.
+
+Run by mitmdump (``mitmdump -s forge_cli/proxy/addon.py --mode reverse:<upstream>@127.0.0.1:<port>``),
+inside mitmproxy's own virtual environment; the launcher (``launcher.py``) does this. Hooks stay small:
+routing, auth and token-capture rewriting happen on the event loop, record assembly and SQLite writes
+in a separate writer process (``forge_cli.traces.writer``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # loaded by path from mitmdump -s: make ``forge_cli`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mitmproxy import ctx, http
+from mitmproxy.proxy.layers.http import _http1
+
+from forge_cli.proxy import auth, wire
+from forge_cli.proxy.control import PREFIX as CONTROL_PREFIX
+from forge_cli.proxy.control import Control
+from forge_cli.proxy.metrics import Metrics
+from forge_cli.proxy.sink import RecordSink
+from forge_cli.proxy.state import Registry, Rollout
+from forge_cli.proxy.wire import anthropic, chat, responses
+from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared, anthropic_error, dumps, openai_error
+
+log = logging.getLogger("forge.proxy")
+MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic}
+# request headers worth keeping in a record (session ids split sub-sessions inside a rollout)
+KEEP_HEADERS = frozenset({"user-agent", "traceparent", "session-id", "x-session-id", "x-claude-code-session-id",
+                          "anthropic-version", "anthropic-beta", "openai-beta", "x-stainless-lang"})
+CLIENT_GONE = ("Client disconnected", "Connection killed", "killed")
+
+
+def _error_body(fmt: str, status: int, message: str, kind: str) -> bytes:
+    return anthropic_error(status, message, kind) if fmt == "anthropic" else openai_error(status, message, kind)
+
+
+def _mitm_error_response(status_code: int, message: str = "") -> bytes:
+    """Replaces mitmproxy's HTML error page (upstream down, timeout, body too large, bad HTTP) with JSON
+    that both the OpenAI and the Anthropic SDKs read as an API error."""
+    body = dumps({"type": "error", "error": {"type": "api_error", "message": f"forge proxy: {message}",
+                                             "code": status_code}})
+    resp = http.Response.make(status_code, body, {"content-type": "application/json", "connection": "close"})
+    return _http1.http1.assemble_response(resp)
+
+
+class Call:
+    """Per-flow state of one model call (``flow.metadata["forge"]``)."""
+
+    __slots__ = ("chunks", "fmt", "headers", "path", "prep", "recorded", "reject", "request", "rollout", "seq",
+                 "stream", "t_first_byte", "t_start", "timer", "timed_out", "transformer", "upstream", "version")
+
+    def __init__(self, rollout: Rollout | None, fmt: str, path: str) -> None:
+        self.rollout = rollout
+        self.fmt = fmt
+        self.path = path
+        self.reject: tuple[int, str, str] | None = None
+        self.prep: Prepared | None = None
+        self.request = b""
+        self.headers: dict[str, str] = {}
+        self.seq = -1
+        self.upstream = ""
+        self.version = ""
+        self.stream = False
+        self.transformer: Any = None
+        self.chunks: list[bytes] = []
+        self.t_start = 0.0
+        self.t_first_byte: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.timed_out = False
+        self.recorded = False
+
+
+class ForgeProxy:
+    """The addon. Options are declared in ``load`` and validated in ``configure``."""
+
+    def __init__(self) -> None:
+        self.registry = Registry([])
+        self.metrics = Metrics()
+        self.sink: RecordSink | None = None
+        self.control: Control | None = None
+        self.limits = Limits()
+        self.waiting: list[http.HTTPFlow] = []
+        self.max_header_bytes = 65536
+        self._probe: asyncio.Task[None] | None = None
+
+    # -- options -------------------------------------------------------------------------------------
+    def load(self, loader: Any) -> None:
+        loader.add_option("forge_upstreams", str, "", "Comma-separated policy server URLs (first: reverse target).")
+        loader.add_option("forge_store", str, "", "SQLite trace store path.")
+        loader.add_option("forge_admin_token_file", str, "", "File holding the control API admin token.")
+        loader.add_option("forge_max_output_tokens", int, 0, "Cap on requested output tokens (0: none).")
+        loader.add_option("forge_model", str, "", "Model name forwarded upstream (empty: the client's).")
+        loader.add_option("forge_upstream_timeout", int, 900, "Seconds to wait for upstream response headers.")
+        loader.add_option("forge_max_header_kb", int, 64, "Largest request header block accepted, in KiB.")
+        loader.add_option("forge_weight_version", str, "0", "Initial weight version stamped on records.")
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        if "forge_upstreams" in updated:
+            urls = [u for u in opts.forge_upstreams.split(",") if u.strip()]
+            if not urls:
+                raise ValueError("forge_upstreams: at least one policy server URL is required")
+            self.registry = Registry(urls)
+        if "forge_max_output_tokens" in updated or "forge_model" in updated:
+            if opts.forge_max_output_tokens < 0:
+                raise ValueError("forge_max_output_tokens must be >= 0")
+            self.limits = Limits(max_output_tokens=opts.forge_max_output_tokens, model=opts.forge_model)
+        if "forge_max_header_kb" in updated:
+            if opts.forge_max_header_kb <= 0:
+                raise ValueError("forge_max_header_kb must be > 0")
+            self.max_header_bytes = opts.forge_max_header_kb * 1024
+        if "forge_upstream_timeout" in updated and opts.forge_upstream_timeout <= 0:
+            raise ValueError("forge_upstream_timeout must be > 0")
+        if "forge_weight_version" in updated:
+            self.registry.weight_version = opts.forge_weight_version
+        if "forge_store" in updated or "forge_admin_token_file" in updated:
+            if not opts.forge_store:
+                raise ValueError("forge_store: a trace store path is required")
+            token_file = Path(opts.forge_admin_token_file)
+            if not opts.forge_admin_token_file or not token_file.is_file():
+                raise ValueError(f"forge_admin_token_file: no such file {opts.forge_admin_token_file!r}")
+            if self.sink is None:
+                self.sink = RecordSink(opts.forge_store)
+            self.control = Control(self.registry, self.sink, self.metrics, opts.forge_store,
+                                   auth.digest(token_file.read_text().strip()), self._resume_all)
+        if self.control is not None:
+            self.control.registry = self.registry
+        # JSON errors instead of mitmproxy's HTML page for errors mitmproxy itself answers
+        _http1.make_error_response = _mitm_error_response
+
+    def running(self) -> None:
+        self._probe = asyncio.get_running_loop().create_task(self._probe_upstreams())
+
+    def done(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+        if self.sink is not None:
+            self.sink.close()
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Route and authenticate before the body is read; rejections are answered in ``request``."""
+        path = flow.request.path
+        if path.startswith(CONTROL_PREFIX):
+            flow.metadata["forge_control"] = True
+            return
+        if not path.startswith("/r/"):
+            call = Call(None, wire.format_for_path(path), path)
+            call.reject = (404, "unknown_route", f"no such route {path.split('?')[0]!r}; use /r/<rollout-id>/v1/…")
+            flow.metadata["forge"] = call
+            return
+        rid, _, rest = path[3:].partition("/")
+        rest = "/" + rest
+        rollout = self.registry.rollouts.get(rid)
+        call = Call(rollout, wire.format_for_path(rest), rest)
+        flow.metadata["forge"] = call
+        size = sum(len(k) + len(v) + 4 for k, v in flow.request.headers.fields)
+        if size > self.max_header_bytes:
+            call.reject = (431, "header_too_large", f"request headers are {size} bytes (limit {self.max_header_bytes})")
+        elif rollout is None or rollout.finished is not None:
+            call.reject = (401, "unauthorized", f"unknown or finished rollout {rid!r}")
+        elif not auth.matches(auth.presented_key(flow.request.headers), rollout.key_digest):
+            call.reject = (401, "unauthorized", "missing or wrong API key for this rollout")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get("forge_control"):
+            self._control(flow)
+            return
+        call: Call | None = flow.metadata.get("forge")
+        if call is None:
+            return
+        if call.reject is not None:
+            self._reject(flow, call, *call.reject)
+            return
+        req = flow.request
+        target = wire.route(call.path)
+        if target is None:
+            if req.method == "GET" and call.path.split("?")[0].rstrip("/") in ("/v1/models", "/models"):
+                self._forward(flow, call, "/v1/models", record=False)
+                return
+            self._reject(flow, call, 404, "unknown_route", f"no model API at {req.method} {call.path}")
+            return
+        if req.method != "POST":
+            self._reject(flow, call, 405, "bad_method", f"{req.method} not allowed; model calls are POST")
+            return
+        if "json" not in req.headers.get("content-type", "").lower():
+            self._reject(flow, call, 415, "content_type", "content-type must be application/json")
+            return
+        call.fmt, upstream_path = target
+        body = req.raw_content or b""
+        if req.headers.get("content-encoding"):
+            body = req.content or b""
+            req.headers.pop("content-encoding")
+        try:
+            call.prep = MODULES[call.fmt].prepare(body, self.limits)
+        except BadRequest as exc:
+            self._reject(flow, call, exc.status, "bad_request", exc.message)
+            return
+        call.request = body
+        call.headers = auth.recordable_headers(req.headers, KEEP_HEADERS)
+        assert call.rollout is not None
+        call.seq = call.rollout.next_seq
+        call.rollout.next_seq += 1
+        req.content = call.prep.body
+        if self.registry.paused:
+            flow.intercept()
+            self.waiting.append(flow)
+            flow.metadata["forge_path"] = upstream_path
+            return
+        self._forward(flow, call, upstream_path)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        call: Call | None = flow.metadata.get("forge")
+        if call is None or call.prep is None or flow.response is None:
+            return
+        if call.timer is not None:
+            call.timer.cancel()
+        call.t_first_byte = time.time()
+        resp = flow.response
+        if resp.status_code == 200 and "text/event-stream" in resp.headers.get("content-type", ""):
+            call.stream = True
+            call.transformer = MODULES[call.fmt].ClientStream(call.prep)
+            if "content-length" in resp.headers:
+                del resp.headers["content-length"]
+                resp.headers["transfer-encoding"] = "chunked"
+            resp.stream = self._streamer(call)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        call: Call | None = flow.metadata.get("forge")
+        if call is None or call.prep is None or flow.response is None or call.recorded:
+            return
+        resp = flow.response
+        if call.stream:
+            self._record(call, "incomplete", "stream ended before its terminal event", resp.status_code)
+            return
+        raw = resp.content or b""
+        if resp.status_code < 400:
+            resp.content = MODULES[call.fmt].client_body(raw, call.prep)
+            self._record(call, "ok", None, resp.status_code, raw)
+        else:
+            client = raw
+            if call.fmt == "anthropic":
+                client = _error_body("anthropic", resp.status_code, _upstream_message(raw), "upstream_error")
+                resp.content = client
+                resp.headers["content-type"] = "application/json"
+            self.metrics.error("upstream_4xx" if resp.status_code < 500 else "upstream_5xx")
+            self._record(call, "upstream_error", f"upstream answered {resp.status_code}: {_upstream_message(raw)}",
+                         resp.status_code, raw, client_response=client)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """Connection-level failures; for streams this can arrive instead of ``response`` (Codex closes early)."""
+        message = flow.error.msg if flow.error else "unknown error"
+        call: Call | None = flow.metadata.get("forge")
+        if "body_size_limit" in message:
+            self.metrics.error("body_too_large")
+            return
+        if call is None or call.prep is None or call.recorded:
+            return
+        if call.timer is not None:
+            call.timer.cancel()
+        client_gone = any(m in message for m in CLIENT_GONE) and not call.timed_out
+        if call.stream and call.transformer is not None and call.transformer.done:
+            self._record(call, "ok", None, 200)
+        elif client_gone:
+            self.metrics.error("client_abort")
+            self._record(call, "client_abort", message, flow.response.status_code if flow.response else None)
+        else:
+            if flow.response is None:
+                self.registry.mark_failed(call.upstream)
+            kind = "upstream_timeout" if call.timed_out else "upstream_error"
+            self.metrics.error(kind)
+            error = f"upstream timed out after {ctx.options.forge_upstream_timeout:g}s" if call.timed_out else message
+            self._record(call, "upstream_error", error, flow.response.status_code if flow.response else 502)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _forward(self, flow: http.HTTPFlow, call: Call, upstream_path: str, record: bool = True) -> None:
+        assert call.rollout is not None
+        upstream = self.registry.pick(call.rollout)
+        req = flow.request
+        req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
+        req.path = upstream.prefix + upstream_path
+        for name in auth.CREDENTIAL_HEADERS:
+            if name in req.headers:
+                del req.headers[name]
+        req.headers["accept-encoding"] = "identity"
+        req.headers["host"] = f"{upstream.host}:{upstream.port}"
+        if not record:
+            flow.metadata.pop("forge", None)
+            return
+        call.upstream = upstream.url
+        call.version = self.registry.weight_version
+        call.t_start = time.time()
+        self.metrics.in_flight += 1
+        self.metrics.bytes_in += len(call.request)
+        call.timer = asyncio.get_running_loop().call_later(ctx.options.forge_upstream_timeout, self._timeout, flow)
+
+    def _streamer(self, call: Call) -> Any:
+        chunks = call.chunks
+        transformer = call.transformer
+
+        def on_chunk(data: bytes) -> list[bytes]:
+            if data:
+                chunks.append(data)
+            out = transformer.feed(data)
+            if transformer.done and not call.recorded:
+                self._record(call, "ok", None, 200)  # durable before the terminal event reaches the client
+            return [out] if out else []
+
+        return on_chunk
+
+    def _record(self, call: Call, status: str, error: str | None, http_status: int | None,
+                raw: bytes | None = None, client_response: bytes | None = None) -> None:
+        if call.recorded or self.sink is None or call.rollout is None or call.prep is None:
+            return
+        call.recorded = True
+        now = time.time()
+        self.metrics.in_flight -= 1
+        body = raw if raw is not None else b"".join(call.chunks)
+        self.metrics.bytes_out += len(body)
+        self.metrics.calls[(call.fmt, status)] += 1
+        self.metrics.records_sent += 1
+        self.metrics.observe(now - call.t_start)
+        call.rollout.calls += 1
+        if status != "ok":
+            call.rollout.failed += 1
+        meta = {
+            "type": "call", "rollout_id": call.rollout.rollout_id, "seq": call.seq, "wire_format": call.fmt,
+            "path": call.path, "model": call.prep.model, "stream": call.stream, "status": status, "error": error,
+            "http_status": http_status, "upstream": call.upstream, "weight_version": call.version,
+            "headers": call.headers, "t_start": call.t_start, "t_first_byte": call.t_first_byte, "t_end": now,
+            "wants_token_ids": call.prep.wants_token_ids, "wants_logprobs": call.prep.wants_logprobs,
+        }
+        blobs = {"request": call.request, "response": body}
+        if call.fmt != "chat" or call.prep.model is not None:  # translated or rewritten beyond capture fields
+            blobs["upstream_request"] = call.prep.body
+        if client_response is not None:
+            blobs["client_response"] = client_response
+        self.sink.send(meta, blobs)
+
+    def _reject(self, flow: http.HTTPFlow, call: Call, status: int, kind: str, message: str) -> None:
+        self.metrics.error(kind)
+        flow.response = http.Response.make(status, _error_body(call.fmt, status, message, kind),
+                                           {"content-type": "application/json"})
+
+    def _timeout(self, flow: http.HTTPFlow) -> None:
+        """No response headers in time: close the upstream connection; mitmproxy then answers 502 (JSON)."""
+        call: Call | None = flow.metadata.get("forge")
+        if call is None or flow.response is not None or call.recorded:
+            return
+        call.timed_out = True
+        proxyserver = ctx.master.addons.get("proxyserver")
+        handler = proxyserver.connections.get(flow.client_conn.id) if proxyserver else None
+        io = handler.transports.get(flow.server_conn) if handler else None
+        if io is not None and io.writer is not None:
+            io.writer.close()
+        else:
+            flow.kill()
+
+    def _resume_all(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for flow in waiting:
+            call: Call | None = flow.metadata.get("forge")
+            if call is not None and flow.live:
+                self._forward(flow, call, flow.metadata.pop("forge_path"))
+            flow.resume()
+
+    def _control(self, flow: http.HTTPFlow) -> None:
+        assert self.control is not None
+        req = flow.request
+        flow.intercept()
+
+        async def answer() -> None:
+            try:
+                status, ctype, body = await self.control.handle(req.method, req.path, req.headers,  # type: ignore[union-attr]
+                                                                req.content or b"")
+            except Exception as exc:  # a control bug must not hang the client
+                log.exception("control API failure")
+                status, ctype, body = 500, "application/json", openai_error(500, repr(exc), "forge_control")
+            flow.response = http.Response.make(status, body, {"content-type": ctype})
+            flow.resume()
+
+        asyncio.get_running_loop().create_task(answer())
+
+    async def _probe_upstreams(self) -> None:
+        """Every 2 s, try a TCP connect to each unhealthy upstream; mark it healthy when it answers."""
+        while True:
+            await asyncio.sleep(2.0)
+            for upstream in self.registry.upstreams:
+                if upstream.healthy:
+                    continue
+                with contextlib.suppress(OSError, TimeoutError):
+                    _, writer = await asyncio.wait_for(asyncio.open_connection(upstream.host, upstream.port), 2.0)
+                    writer.close()
+                    upstream.healthy = True
+
+
+def _upstream_message(raw: bytes) -> str:
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return raw[:300].decode("utf-8", "replace")
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if obj.get("message"):
+            return str(obj["message"])
+    return raw[:300].decode("utf-8", "replace")
+
+
+addons = [ForgeProxy()]

@@ -1,0 +1,203 @@
+"""Start forge's capture proxy as a mitmdump child process and talk to its control API.
+
+``start_proxy(...)`` returns a ``ProxyHandle`` (url, admin token, store path, register/finish/calls,
+pause/resume, weight version, stop). ``forge proxy``, ``forge rollout`` and the tests use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge_cli.errors import UserError
+from forge_cli.paths import env_dir, forge_home
+
+ADDON = Path(__file__).resolve().parent / "addon.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def mitmdump_path() -> Path:
+    """mitmdump from forge's mitmproxy environment (``scripts/setup.sh mitmproxy`` builds it)."""
+    return env_dir("mitmproxy") / "bin" / "mitmdump"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def upstream_context(url: str, timeout: float = 3.0) -> int:
+    """The upstream's ``max_model_len`` from ``/v1/models`` (0 when it does not say or is unreachable)."""
+    import httpx
+
+    try:
+        data = httpx.get(url.rstrip("/").removesuffix("/v1") + "/v1/models", timeout=timeout).json()
+        return int(data["data"][0].get("max_model_len") or 0)
+    except Exception:
+        return 0
+
+
+@dataclass
+class ProxyHandle:
+    """A running proxy: its URL, admin token, store and child process."""
+
+    url: str
+    admin_token: str
+    store: Path
+    token_file: Path
+    log_file: Path
+    process: subprocess.Popen[bytes]
+    upstreams: list[str] = field(default_factory=list)
+
+    def _client(self) -> Any:
+        import httpx
+
+        return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self.admin_token}"}, timeout=60)
+
+    def _call(self, method: str, path: str, json: Any = None) -> Any:
+        with self._client() as client:
+            resp = client.request(method, "/forge/v1/" + path, json=json)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"proxy control {method} {path}: {resp.status_code} {resp.text}")
+        return resp.json() if resp.headers.get("content-type", "").startswith("application/json") else resp.text
+
+    def register(self, rollout_id: str | None = None, **info: Any) -> dict[str, Any]:
+        """Register a rollout; the answer holds ``key`` and ``base_url`` (``…/r/<id>``, add ``/v1`` for OpenAI)."""
+        data = self._call("POST", "rollouts", {"rollout_id": rollout_id, **info})
+        data["base_url"] = f"{self.url}/r/{data['rollout_id']}"
+        return dict(data)
+
+    def finish(self, rollout_id: str, status: str = "finished") -> dict[str, Any]:
+        return dict(self._call("POST", f"rollouts/{rollout_id}/finish", {"status": status}))
+
+    def calls(self, rollout_id: str) -> list[dict[str, Any]]:
+        return list(self._call("GET", f"rollouts/{rollout_id}/calls")["calls"])
+
+    def rollouts(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "rollouts")["rollouts"])
+
+    def pause(self) -> None:
+        self._call("POST", "pause")
+
+    def resume(self) -> None:
+        self._call("POST", "resume")
+
+    def set_weight_version(self, version: str) -> None:
+        self._call("PUT", "weight_version", {"version": version})
+
+    def metrics(self) -> str:
+        return str(self._call("GET", "metrics"))
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._call("GET", "health"))
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, wait for the writer's last commit, SIGKILL if it hangs; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return int(self.process.returncode)
+
+    def __enter__(self) -> ProxyHandle:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def start_proxy(
+    upstreams: list[str] | str,
+    port: int = 0,
+    store: str | Path | None = None,
+    host: str = "127.0.0.1",
+    max_body_mb: int = 32,
+    max_output_tokens: int | None = None,
+    model: str = "",
+    upstream_timeout_s: float = 900.0,
+    max_header_kb: int = 64,
+    weight_version: str = "0",
+    ready_timeout_s: float = 30.0,
+    extra_args: list[str] | None = None,
+) -> ProxyHandle:
+    """Run mitmdump in reverse mode with forge's addon, bound to ``host`` (loopback), and wait until it serves.
+
+    ``max_output_tokens=None`` reads the first upstream's context length from ``/v1/models``.
+    """
+    urls = [u.strip() for u in (upstreams.split(",") if isinstance(upstreams, str) else upstreams) if u.strip()]
+    if not urls:
+        raise UserError("no upstream policy server given", fix="pass --upstream http://127.0.0.1:8000[,URL...]")
+    mitmdump = mitmdump_path()
+    if not mitmdump.exists():
+        raise UserError(f"mitmdump not found at {mitmdump}", fix="run: scripts/setup.sh mitmproxy")
+    port = port or free_port(host)
+    run_dir = forge_home() / "proxy" / f"{time.strftime('%Y%m%d-%H%M%S')}-{port}"
+    store_path = Path(store).expanduser().resolve() if store else run_dir / "traces.sqlite"
+    store_path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    token_file = store_path.with_name(store_path.name + f".{port}.admin-token")
+    token_file.touch(mode=0o600)
+    token_file.write_text(token + "\n")
+    log_file = store_path.with_name(store_path.name + f".{port}.mitmdump.log")
+    if max_output_tokens is None:
+        max_output_tokens = upstream_context(urls[0])
+    settings = {
+        "connection_strategy": "lazy",
+        "body_size_limit": f"{max_body_mb}m",
+        "termlog_verbosity": "warn",
+        "flow_detail": "0",
+        "forge_upstreams": ",".join(urls),
+        "forge_store": str(store_path),
+        "forge_admin_token_file": str(token_file),
+        "forge_max_output_tokens": str(max_output_tokens),
+        "forge_model": model,
+        "forge_upstream_timeout": str(max(1, round(upstream_timeout_s))),
+        "forge_max_header_kb": str(max_header_kb),
+        "forge_weight_version": weight_version,
+    }
+    cmd = [str(mitmdump), "-s", str(ADDON), "--mode", f"reverse:{urls[0]}@{host}:{port}"]
+    for key, value in settings.items():
+        cmd += ["--set", f"{key}={value}"]
+    cmd += extra_args or []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   cwd=str(REPO_ROOT))
+    handle = ProxyHandle(url=f"http://{host}:{port}", admin_token=token, store=store_path, token_file=token_file,
+                         log_file=log_file, process=process, upstreams=urls)
+    _wait_ready(handle, ready_timeout_s)
+    return handle
+
+
+def _wait_ready(handle: ProxyHandle, timeout: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if handle.process.poll() is not None:
+            break
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(handle.url + "/forge/v1/health", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.1)
+    handle.stop(5)
+    tail = handle.log_file.read_text(errors="replace")[-2000:] if handle.log_file.exists() else ""
+    raise UserError(f"the capture proxy did not start (mitmdump exit {handle.process.returncode}):\n{tail}",
+                    fix=f"see {handle.log_file}; check the port is free and scripts/setup.sh mitmproxy ran")

@@ -1,0 +1,84 @@
+"""What every wire format shares: request facts, the assembled result, client-facing errors."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class BadRequest(Exception):
+    """The client's request cannot be served as sent (answered with a 4xx, never forwarded)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(slots=True)
+class Limits:
+    """Request rewriting settings: ``max_output_tokens`` caps the client's output limit (0: no cap)."""
+
+    max_output_tokens: int = 0
+    model: str = ""
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request rewritten for the upstream, with what the client asked for."""
+
+    body: bytes
+    changed: bool
+    wants_token_ids: bool = False
+    wants_logprobs: bool = False
+    stream: bool | None = None
+    model: str | None = None
+
+
+@dataclass(slots=True)
+class Assembled:
+    """A complete response for the record: the client's view plus what training needs."""
+
+    response: Any
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    complete: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON bytes."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def load_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or ``BadRequest``."""
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadRequest("request body must be a JSON object")
+    return obj
+
+
+def clamp(value: Any, cap: int) -> Any:
+    """``value`` capped at ``cap`` when both are positive integers."""
+    if cap > 0 and isinstance(value, int) and not isinstance(value, bool) and value > cap:
+        return cap
+    return value
+
+
+def openai_error(status: int, message: str, kind: str) -> bytes:
+    """OpenAI's error shape (Chat Completions and Responses)."""
+    return dumps({"error": {"message": message, "type": kind, "param": None, "code": status}})
+
+
+def anthropic_error(status: int, message: str, kind: str) -> bytes:
+    """Anthropic's error shape."""
+    names = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+             404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+    return dumps({"type": "error", "error": {"type": names.get(status, "api_error"), "message": f"{kind}: {message}"}})

@@ -1,0 +1,200 @@
+"""OpenAI Chat Completions: token capture injected into requests, stripped from answers, streams assembled."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from forge_cli.proxy.wire import sse
+from forge_cli.proxy.wire.base import Assembled, Limits, Prepared, clamp, dumps, load_object
+
+# keys whose presence means the request needs a real parse (client asked for capture, or a limit to clamp)
+_NEEDS_PARSE = re.compile(rb'"(?:logprobs|top_logprobs|return_token_ids|max_tokens|max_completion_tokens|n)"')
+_CAPTURE = b'"return_token_ids":true,"logprobs":true'
+
+
+def prepare(body: bytes, limits: Limits) -> Prepared:
+    """Ask the upstream for prompt/completion token ids and logprobs; clamp output limits.
+
+    Fast path (no key that needs a look): the capture fields are spliced into the object's bytes
+    without parsing; the upstream validates the JSON as it would have anyway.
+    """
+    text = body.strip()
+    if not limits.model and text[:1] == b"{" and text[-1:] == b"}" and not _NEEDS_PARSE.search(text):
+        inner = text[1:].lstrip()
+        glue = b"" if inner[:1] == b"}" else b","
+        return Prepared(body=b"{" + _CAPTURE + glue + inner, changed=True)
+    obj = load_object(body)
+    return prepare_object(obj, limits)
+
+
+def prepare_object(obj: dict[str, Any], limits: Limits) -> Prepared:
+    """The parsed form of ``prepare`` (also used by the Anthropic translation)."""
+    if obj.get("n", 1) not in (1, None):
+        from forge_cli.proxy.wire.base import BadRequest
+
+        raise BadRequest("only n=1 is supported: each call is one sample")
+    wants_logprobs = bool(obj.get("logprobs"))
+    wants_ids = bool(obj.get("return_token_ids"))
+    obj["return_token_ids"] = True
+    obj["logprobs"] = True
+    for key in ("max_tokens", "max_completion_tokens"):
+        if key in obj:
+            obj[key] = clamp(obj[key], limits.max_output_tokens)
+    if limits.model:
+        obj["model"] = limits.model
+    stream = bool(obj.get("stream"))
+    return Prepared(body=dumps(obj), changed=True, wants_token_ids=wants_ids, wants_logprobs=wants_logprobs,
+                    stream=stream, model=obj.get("model"))
+
+
+def strip_capture(obj: dict[str, Any], prep: Prepared) -> None:
+    """Remove what the client did not ask for from a response or chunk object, in place."""
+    if not prep.wants_token_ids:
+        obj.pop("prompt_token_ids", None)
+        obj.pop("prompt_text", None)
+    for choice in obj.get("choices") or ():
+        if not prep.wants_token_ids:
+            choice.pop("token_ids", None)
+        if not prep.wants_logprobs:
+            choice["logprobs"] = None
+
+
+def client_body(upstream: bytes, prep: Prepared) -> bytes:
+    """A non-streamed upstream answer as the client should see it."""
+    if prep.wants_token_ids and prep.wants_logprobs:
+        return upstream
+    try:
+        obj = json.loads(upstream)
+    except ValueError:
+        return upstream
+    if not isinstance(obj, dict) or "choices" not in obj:
+        return upstream
+    strip_capture(obj, prep)
+    return dumps(obj)
+
+
+class ClientStream:
+    """Per-call SSE transformer: passes events through as they complete, stripping capture fields."""
+
+    __slots__ = ("_prep", "_split", "_strip", "done")
+
+    def __init__(self, prep: Prepared) -> None:
+        self._prep = prep
+        self._split = sse.SSESplitter()
+        self._strip = not (prep.wants_token_ids and prep.wants_logprobs)
+        self.done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Transformed bytes for the client; ``b""`` ends the stream."""
+        events = self._split.feed(chunk) if chunk else self._split.flush()
+        return b"".join([self._event(e) for e in events])
+
+    def _event(self, raw: bytes) -> bytes:
+        if raw.startswith(b"data: [DONE]"):
+            self.done = True
+            return raw + b"\n\n"
+        if self._strip and (b"token_ids" in raw or b'"logprobs":{' in raw):
+            name, obj = sse.event_json(raw)
+            if isinstance(obj, dict):
+                strip_capture(obj, self._prep)
+                return sse.encode(obj, name)
+        return raw + b"\n\n"
+
+
+def _logprob_values(logprobs: Any) -> list[float]:
+    content = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
+    return [float(e.get("logprob", 0.0)) for e in content or ()]
+
+
+def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
+    """The complete response (client's view) and the captured tokens from upstream bytes."""
+    if not streamed:
+        obj = json.loads(upstream)
+        choice = (obj.get("choices") or [{}])[0]
+        result = Assembled(
+            response=obj,
+            prompt_token_ids=obj.get("prompt_token_ids"),
+            completion_token_ids=choice.get("token_ids"),
+            completion_logprobs=_logprob_values(choice.get("logprobs")),
+            finish_reason=choice.get("finish_reason"),
+        )
+        result.extra["usage"] = obj.get("usage")
+        obj = json.loads(upstream)
+        strip_capture(obj, prep)
+        result.response = obj
+        return result
+    return assemble_stream(sse.iter_events(upstream), prep)
+
+
+def assemble_stream(events: list[bytes], prep: Prepared) -> Assembled:
+    """Chat chunks folded into one ``chat.completion`` object."""
+    head: dict[str, Any] = {}
+    content: list[str] = []
+    reasoning: list[str] = []
+    tools: dict[int, dict[str, Any]] = {}
+    token_ids: list[int] = []
+    logprob_entries: list[dict[str, Any]] = []
+    prompt_ids: list[int] | None = None
+    finish: str | None = None
+    usage: Any = None
+    done = False
+    for raw in events:
+        if raw.startswith(b"data: [DONE]"):
+            done = True
+            continue
+        _, chunk = sse.event_json(raw)
+        if not isinstance(chunk, dict):
+            continue
+        if not head:
+            head = {k: chunk.get(k) for k in ("id", "created", "model", "system_fingerprint")}
+        if chunk.get("prompt_token_ids") is not None:
+            prompt_ids = chunk["prompt_token_ids"]
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                content.append(delta["content"])
+            for key in ("reasoning", "reasoning_content"):
+                if delta.get(key):
+                    reasoning.append(delta[key])
+            for call in delta.get("tool_calls") or ():
+                slot = tools.setdefault(call.get("index", len(tools)),
+                                        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                if call.get("id"):
+                    slot["id"] = call["id"]
+                fn = call.get("function") or {}
+                if fn.get("name"):
+                    slot["function"]["name"] += fn["name"]
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+            token_ids.extend(choice.get("token_ids") or ())
+            lp = choice.get("logprobs")
+            if isinstance(lp, dict):
+                logprob_entries.extend(lp.get("content") or ())
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content or not tools else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if tools:
+        message["tool_calls"] = [tools[i] for i in sorted(tools)]
+    choice_out: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish,
+                                  "logprobs": {"content": logprob_entries} if prep.wants_logprobs else None}
+    if prep.wants_token_ids:
+        choice_out["token_ids"] = token_ids
+    response: dict[str, Any] = {**head, "object": "chat.completion", "choices": [choice_out], "usage": usage}
+    if prep.wants_token_ids:
+        response["prompt_token_ids"] = prompt_ids
+    result = Assembled(
+        response=response,
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=token_ids,
+        completion_logprobs=[float(e.get("logprob", 0.0)) for e in logprob_entries],
+        finish_reason=finish,
+        complete=done,
+    )
+    result.extra["usage"] = usage
+    return result

@@ -1,0 +1,140 @@
+"""The store writer: a separate process fed by the proxy addon through a pipe.
+
+``python -m forge_cli.traces.writer STORE`` reads frames (``frames.py``) from stdin, assembles each call
+record (wire-format parsing happens here, off mitmproxy's event loop), inserts everything that has
+arrived in one transaction and then writes the highest committed frame number to stdout. A record is
+safe once it is in the pipe: if mitmdump dies (even ``kill -9``) this process still reads what the pipe
+holds, commits it and exits at end of input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from forge_cli.proxy.wire import anthropic, chat, responses
+from forge_cli.proxy.wire.base import Assembled, Prepared
+from forge_cli.traces import frames, store
+
+_MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic}
+
+
+def _json_text(raw: bytes | None) -> str | None:
+    """Body bytes as JSON text for a json column (non-JSON bodies become a JSON string)."""
+    if raw is None:
+        return None
+    text = raw.decode("utf-8", "replace")
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        return text
+    return json.dumps(text)
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
+    """One ``calls`` row (``store.CALL_FIELDS`` order) from a call frame."""
+    status: str = meta.get("status") or "ok"
+    error: str | None = meta.get("error")
+    prep = Prepared(body=b"", changed=True, wants_token_ids=bool(meta.get("wants_token_ids")),
+                    wants_logprobs=bool(meta.get("wants_logprobs")))
+    module = _MODULES[meta["wire_format"]]
+    upstream_body = blobs.get("response") or b""
+    assembled: Assembled | None = None
+    response_text: str | None = None
+    if "client_response" in blobs:
+        response_text = _json_text(blobs["client_response"])
+    elif upstream_body:
+        try:
+            assembled = module.assemble(upstream_body, bool(meta.get("stream")), prep)
+        except Exception as exc:  # a broken upstream answer is recorded, never fatal
+            error = error or f"unparseable upstream answer: {exc}"
+            status = "incomplete" if status == "ok" else status
+            response_text = _json_text(upstream_body)
+    if assembled is not None:
+        if not assembled.complete and status == "ok":
+            status, error = "incomplete", error or "stream ended before its terminal event"
+        response_text = _dump(assembled.response)
+    prompt_ids = assembled.prompt_token_ids if assembled else None
+    completion_ids = assembled.completion_token_ids if assembled else None
+    return (
+        meta["rollout_id"], meta["seq"], meta["wire_format"], meta.get("path"), meta.get("model"),
+        int(bool(meta.get("stream"))), status, error, meta.get("http_status"), meta.get("upstream"),
+        meta.get("weight_version"), _json_text(blobs.get("request")), _json_text(blobs.get("upstream_request")),
+        response_text, _dump(prompt_ids), _dump(completion_ids),
+        _dump(assembled.completion_logprobs if assembled else None),
+        assembled.finish_reason if assembled else None,
+        len(prompt_ids) if prompt_ids is not None else None,
+        len(completion_ids) if completion_ids is not None else None,
+        _dump(meta.get("headers")), meta.get("t_start"), meta.get("t_first_byte"), meta.get("t_end"),
+        len(blobs.get("request") or b""), len(upstream_body),
+    )
+
+
+def apply(conn: Any, bodies: list[bytes]) -> int:
+    """Write a batch of frames in one transaction; returns the highest frame number written."""
+    rows: list[tuple[Any, ...]] = []
+    top = 0
+    for body in bodies:
+        meta, blobs = frames.decode(body)
+        top = max(top, int(meta.get("n", 0)))
+        if meta.get("type") == "rollout":
+            if rows:
+                store.insert_calls(conn, rows)
+                rows = []
+            store.upsert_rollout(conn, meta["info"])
+        elif meta.get("type") == "call":
+            try:
+                rows.append(build_row(meta, blobs))
+            except Exception as exc:  # keep the call even if assembling it failed
+                print(f"forge writer: record {meta.get('rollout_id')}#{meta.get('seq')}: {exc!r}", file=sys.stderr)
+                meta["status"], meta["error"] = "incomplete", f"record assembly failed: {exc!r}"
+                rows.append(build_row(meta, {"request": blobs.get("request", b""),
+                                             "client_response": blobs.get("client_response", b"null")}))
+    if rows:
+        store.insert_calls(conn, rows)
+    conn.commit()
+    return top
+
+
+def run(path: str, fd_in: int = 0, fd_out: int = 1) -> None:
+    """Read frames until end of input, committing each batch as it arrives."""
+    conn = store.open_store(path)
+    buf = bytearray()
+    acks = True
+    while True:
+        chunk = os.read(fd_in, 1 << 22)
+        if chunk:
+            buf += chunk
+        bodies = frames.split(buf)
+        if bodies:
+            for attempt in range(50):
+                try:
+                    top = apply(conn, bodies)
+                    break
+                except Exception as exc:  # e.g. "database is locked" beyond busy_timeout: retry, never drop
+                    conn.rollback()
+                    print(f"forge writer: commit failed ({exc!r}), retry {attempt + 1}", file=sys.stderr)
+                    time.sleep(0.2)
+            else:
+                raise SystemExit("forge writer: could not commit records")
+            if acks:
+                try:
+                    os.write(fd_out, f"{top}\n".encode())
+                except OSError:  # the proxy is gone: keep draining and committing what the pipe holds
+                    acks = False
+        if not chunk:
+            break
+    conn.close()
+
+
+if __name__ == "__main__":
+    # Ctrl-C reaches the whole process group: this process ends at end of input, after its last commit
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    run(sys.argv[1])

@@ -1,0 +1,192 @@
+"""A small, fast stand-in for a vLLM server: answers like vLLM does with token capture switched on.
+
+Used by the proxy's unit/fault tests (where the real vLLM fixture is not needed) and by the benchmark
+(the "fast local upstream"). Stdlib only, one asyncio protocol, HTTP/1.1 keep-alive.
+
+Behaviour by the request's ``model``: ``fail-500`` answers 500, ``hang`` never answers, ``slow`` streams
+one event every 0.2 s (20 events); anything else answers normally. Run: ``python fake_upstream.py PORT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+TOKENS = [9906, 11, 1917, 0]  # "Hello", ",", " world", "!"
+TEXT = ["Hello", ",", " world", "!"]
+PROMPT_IDS = list(range(1, 33))
+
+
+def _logprobs(n: int) -> dict[str, Any]:
+    return {"content": [{"token": TEXT[i % 4], "logprob": -0.25 * (i + 1), "bytes": None, "top_logprobs": []}
+                        for i in range(n)]}
+
+
+def chat_json(req: dict[str, Any]) -> dict[str, Any]:
+    tools = bool(req.get("tools"))
+    message: dict[str, Any] = {"role": "assistant", "content": None if tools else "".join(TEXT)}
+    if tools:
+        name = req["tools"][0]["function"]["name"]
+        message["tool_calls"] = [{"id": "call_1", "type": "function",
+                                  "function": {"name": name, "arguments": '{"city": "Paris"}'}}]
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls" if tools else "stop",
+                              "logprobs": _logprobs(4) if req.get("logprobs") else None}
+    out: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": req.get("model"),
+                           "choices": [choice],
+                           "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": 4, "total_tokens": 36}}
+    if req.get("return_token_ids"):
+        choice["token_ids"] = TOKENS
+        out["prompt_token_ids"] = PROMPT_IDS
+    return out
+
+
+def chat_events(req: dict[str, Any]) -> list[bytes]:
+    ids = bool(req.get("return_token_ids"))
+    events = []
+    first: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+                             "model": req.get("model"),
+                             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                          "logprobs": None, "finish_reason": None}]}
+    if ids:
+        first["prompt_token_ids"] = PROMPT_IDS
+    events.append(first)
+    count = 20 if req.get("model") == "slow" else 4
+    for i in range(count):
+        choice: dict[str, Any] = {"index": 0, "delta": {"content": TEXT[i % 4]},
+                                  "logprobs": {"content": _logprobs(4)["content"][i % 4:i % 4 + 1]}
+                                  if req.get("logprobs") else None,
+                                  "finish_reason": "stop" if i == count - 1 else None}
+        if ids:
+            choice["token_ids"] = [TOKENS[i % 4]]
+        events.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+                       "model": req.get("model"), "choices": [choice]})
+    if (req.get("stream_options") or {}).get("include_usage"):
+        events.append({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+                       "model": req.get("model"), "choices": [],
+                       "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": count}})
+    return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+
+
+def responses_json(req: dict[str, Any]) -> dict[str, Any]:
+    lp = [{"token": t, "logprob": -0.25 * (i + 1), "bytes": [], "top_logprobs": []} for i, t in enumerate(TEXT)]
+    want_lp = "message.output_text.logprobs" in (req.get("include") or [])
+    out: dict[str, Any] = {
+        "id": "resp_fake", "object": "response", "created_at": 1, "model": req.get("model"), "status": "completed",
+        "output": [{"id": "msg_fake", "type": "message", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": "".join(TEXT), "annotations": [],
+                                 "logprobs": lp if want_lp else None}]}],
+        "usage": {"input_tokens": len(PROMPT_IDS), "output_tokens": 4, "total_tokens": 36},
+    }
+    if req.get("enable_response_messages"):
+        out["input_messages"] = [{"message": "prompt", "tokens": PROMPT_IDS, "type": "raw_message_tokens"}]
+        out["output_messages"] = [{"message": "".join(TEXT), "tokens": TOKENS, "type": "raw_message_tokens"}]
+    return out
+
+
+def responses_events(req: dict[str, Any]) -> list[bytes]:
+    final = responses_json(req)
+    events: list[tuple[str, dict[str, Any]]] = [("response.created", {"type": "response.created",
+                                                  "response": {**final, "status": "in_progress", "output": []}})]
+    for i, piece in enumerate(TEXT):
+        events.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_fake",
+                                                      "output_index": 0, "content_index": 0, "delta": piece,
+                                                      "logprobs": [final["output"][0]["content"][0]["logprobs"][i]]
+                                                      if final["output"][0]["content"][0]["logprobs"] else []}))
+    events.append(("response.completed", {"type": "response.completed", "response": final}))
+    return [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+
+
+def _head(status: int, ctype: str, length: int | None) -> bytes:
+    reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 400: "Bad Request"}.get(status, "OK")
+    lines = [f"HTTP/1.1 {status} {reason}", f"content-type: {ctype}"]
+    lines.append(f"content-length: {length}" if length is not None else "transfer-encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class Upstream(asyncio.Protocol):
+    """One client connection: parse requests (Content-Length bodies), answer them in order."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end].decode("latin-1")
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4:end + 4 + length]
+            self.buf = self.buf[end + 4 + length:]
+            method, path = head.split(" ", 2)[:2]
+            self.answer(method, path, body)
+
+    def send_json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.transport.write(_head(status, "application/json", len(data)) + data)
+
+    def answer(self, method: str, path: str, body: bytes) -> None:
+        if path.startswith("/v1/models"):
+            self.send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model", "max_model_len": 8192}]})
+            return
+        if path == "/health":
+            self.transport.write(_head(200, "text/plain", 0))
+            return
+        try:
+            req = json.loads(body)
+        except ValueError:
+            self.send_json(400, {"error": {"message": "JSON decode error", "type": "BadRequestError", "code": 400}})
+            return
+        model = req.get("model")
+        if model == "hang":
+            return
+        if model == "fail-500":
+            self.send_json(500, {"error": {"message": "engine crashed", "type": "InternalServerError", "code": 500}})
+            return
+        if path == "/v1/chat/completions":
+            events, payload = (chat_events(req), None) if req.get("stream") else (None, chat_json(req))
+        elif path == "/v1/responses":
+            events, payload = (responses_events(req), None) if req.get("stream") else (None, responses_json(req))
+        else:
+            self.send_json(404, {"error": {"message": f"no route {path}", "code": 404}})
+            return
+        if payload is not None:
+            self.send_json(200, payload)
+            return
+        assert events is not None
+        if model == "slow":
+            asyncio.get_running_loop().create_task(self._slow(events))
+            return
+        out = [_head(200, "text/event-stream", None)]
+        out += [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+        out.append(b"0\r\n\r\n")
+        self.transport.write(b"".join(out))
+
+    async def _slow(self, events: list[bytes]) -> None:
+        self.transport.write(_head(200, "text/event-stream", None))
+        for event in events:
+            if self.transport.is_closing():
+                return
+            self.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await asyncio.sleep(0.2)
+        self.transport.write(b"0\r\n\r\n")
+
+
+async def serve(port: int, host: str = "127.0.0.1") -> None:
+    server = await asyncio.get_running_loop().create_server(Upstream, host, port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(int(sys.argv[1])))
