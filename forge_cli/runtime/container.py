@@ -82,6 +82,10 @@ class ContainerSandbox(Sandbox):
 
     async def _check_alive(self, result: ExecResult) -> None:
         state = await asyncio.to_thread(self._container_state)
+        if state.running and result.exit_code in (None, 137):
+            # a container being killed can still report itself running for a moment
+            await asyncio.sleep(0.3)
+            state = await asyncio.to_thread(self._container_state)
         memory = self.spec.resources.memory
         if not state.running:
             if state.oom_killed:
