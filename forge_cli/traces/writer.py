@@ -61,10 +61,13 @@ def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
         if not assembled.complete and status == "ok":
             status, error = "incomplete", error or "stream ended before its terminal event"
         response_text = _dump(assembled.response)
+    model = meta.get("model")
+    if model is None and assembled is not None and isinstance(assembled.response, dict):
+        model = assembled.response.get("model")
     prompt_ids = assembled.prompt_token_ids if assembled else None
     completion_ids = assembled.completion_token_ids if assembled else None
     return (
-        meta["rollout_id"], meta["seq"], meta["wire_format"], meta.get("path"), meta.get("model"),
+        meta["rollout_id"], meta["seq"], meta["wire_format"], meta.get("path"), model,
         int(bool(meta.get("stream"))), status, error, meta.get("http_status"), meta.get("upstream"),
         meta.get("weight_version"), _json_text(blobs.get("request")), _json_text(blobs.get("upstream_request")),
         response_text, _dump(prompt_ids), _dump(completion_ids),
