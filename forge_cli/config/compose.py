@@ -94,25 +94,31 @@ def _normalise(overrides: list[str], options: dict[str, dict[str, Path]]) -> tup
     return out, problems
 
 
-def _unknown_keys(cfg: Any, overrides: list[str]) -> list[str]:
-    """Plain ``key=value`` overrides whose key is not in the composed config (all of them)."""
+def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
+    """Find every plain ``key=value`` whose key is not in the config; let ``+key=`` set existing keys."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    problems = []
-    for parsed in OverridesParser.create().parse_overrides(overrides):
+    problems, out = [], []
+    for text, parsed in zip(overrides, OverridesParser.create().parse_overrides(overrides), strict=True):
         key = parsed.key_or_group
-        if parsed.is_add() or parsed.is_force_add() or key.startswith("hydra.") or "." not in key:
+        if key.startswith("hydra.") or "." not in key:
+            out.append(text)
             continue
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent, throw_on_missing=False)
-        if node is None or not OmegaConf.is_dict(node) or leaf not in list(node.keys()):
+        exists = node is not None and OmegaConf.is_dict(node) and leaf in list(node.keys())
+        if exists and parsed.is_add():
+            out.append(text.lstrip("+"))  # `+key=value` on a key that exists: set it, as users mean
+        elif exists or parsed.is_add() or parsed.is_force_add():
+            out.append(text)
+        else:
             near = []
             if node is not None and OmegaConf.is_dict(node):
-                near = difflib.get_close_matches(leaf, [str(k) for k in node], n=1, cutoff=0.6)
+                near = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1, cutoff=0.6)
             hint = f"did you mean '{parent}.{near[0]}'? " if near else ""
             problems.append(f"{key}: no such setting; {hint}(`forge config show` lists them)")
-    return problems
+    return problems, out
 
 
 def _missing(data: Any, prefix: str = "") -> list[str]:
@@ -132,7 +138,12 @@ def _pydantic_problems(exc: Any, data: dict[str, Any]) -> list[str]:
             if len(loc) > 1 and loc[0] == group and loc[1] == str(data.get(group, {}).get(tag)):
                 del loc[1]
         key = ".".join(loc)
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "union_tag_invalid":
+            ctx = err.get("ctx", {})
+            tag = str(ctx.get("discriminator", "")).strip("'")
+            problems.append(f"{key}.{tag}: {ctx.get('tag')!r} is not allowed: expected one of "
+                            f"{ctx.get('expected_tags')}")
+        elif err["type"] == "extra_forbidden":
             problems.append(f"{key}: unknown setting (value {err['input']!r}); check the spelling")
         elif err["type"] == "missing":
             problems.append(f"{key}: missing required value")
@@ -164,9 +175,11 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
         with initialize_config_dir(config_dir=str(configs_dir()), version_base=None):
             groups_only = [o for o in normalised if o.split("=", 1)[0].lstrip("+") in options
                            or o.startswith("hydra.")]
-            problems = _unknown_keys(hydra_compose(config_name=PRIMARY, overrides=groups_only), normalised)
-            if problems:
-                raise ConfigError(problems)
+            if len(groups_only) < len(normalised):  # value overrides: check their keys exist first
+                base = hydra_compose(config_name=PRIMARY, overrides=groups_only)
+                problems, normalised = _check_keys(base, normalised)
+                if problems:
+                    raise ConfigError(problems)
             cfg = hydra_compose(config_name=PRIMARY, overrides=normalised)
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except (HydraException, OmegaConfBaseException) as exc:

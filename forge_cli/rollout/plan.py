@@ -142,9 +142,9 @@ def describe_sandbox(exp: Experiment, spec: SandboxSpec, inv: Invocation) -> dic
                            f"env -i {env} {shlex.join(inv.argv)}",
                 "note": f"{LOCAL_SANDBOX} is a fresh temporary directory; the process group is killed "
                         f"after {spec.timeout_s}s"}
-    exec_env = " ".join(f"-e {shlex.quote(k)}" for k in spec.env)
+    # the container already holds the env; exec inherits it
     return {"kind": "docker", "docker_run": docker_run_command(spec),
-            "exec": f"docker exec -i -w {spec.workdir} {exec_env} {spec.name} {shlex.join(inv.argv)} </dev/null"}
+            "exec": f"docker exec -i -w {spec.workdir} {spec.name} {shlex.join(inv.argv)} </dev/null"}
 
 
 def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:

@@ -1,0 +1,100 @@
+"""The dry-run plan: every harness x env x runtime x trainer composes and plans; goldens for renders."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge_cli.config.compose import compose, group_options
+from forge_cli.harness.adapter import RolloutContext, prepare
+from forge_cli.rollout.plan import MASKED_KEY, build_plan
+from tests.golden import check_golden
+from tests.helpers import forge
+
+GOLDEN = Path(__file__).parent / "golden"
+OPTIONS = group_options()
+COMBOS = list(itertools.product(sorted(OPTIONS["harness"]), sorted(OPTIONS["env"]), sorted(OPTIONS["runtime"]),
+                                sorted(OPTIONS["trainer"])))
+
+
+@pytest.fixture(autouse=True)
+def _empty_forge_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans must not depend on what this machine has installed."""
+    monkeypatch.setenv("FORGE_HOME", str(tmp_path / "forge-home"))
+
+
+@pytest.mark.parametrize(("harness", "env", "runtime", "trainer"), COMBOS, ids=["-".join(c) for c in COMBOS])
+def test_every_combination_plans(harness: str, env: str, runtime: str, trainer: str) -> None:
+    exp = compose([f"+harness={harness}", f"+env={env}", f"runtime={runtime}", f"trainer={trainer}"]).experiment
+    plan = build_plan(exp)
+    assert plan.rollouts, "a plan always shows at least one rollout (a placeholder if needed)"
+    assert plan.choices == {"harness": harness, "env": env, "runtime": runtime, "model": "smollm2", "algo": "grpo",
+                            "trainer": trainer}
+    if env != "builtin":
+        assert not plan.tasks["available"] and any("not available" in w for w in plan.warnings)
+    else:
+        assert plan.num_tasks == 6 and plan.num_rollouts == 6 * exp.rollout.samples_per_task
+    for r in plan.rollouts:
+        assert r.proxy_base_url.endswith(f"/r/{r.rollout_id}/v1")
+        assert r.sandbox["kind"] == runtime
+        assert r.command and r.timeouts["rollout_s"] == exp.rollout.timeout_s
+        rendered = json.dumps([r.config_files, r.env, r.command, r.sandbox])
+        assert "{{" not in rendered, "every template placeholder is filled"
+        assert MASKED_KEY in rendered or "****" in rendered, "the key appears only masked"
+        if runtime == "kubernetes":
+            pod, policy = yaml.safe_load_all(r.sandbox["manifests"])
+            assert pod["kind"] == "Pod" and policy["kind"] == "NetworkPolicy"
+            assert pod["metadata"]["labels"]["forge.rollout"] == r.rollout_id
+        if runtime == "docker":
+            assert r.sandbox["docker_run"].startswith("docker run")
+            assert (":ro" in r.sandbox["docker_run"]) == (r.bundle["host_path"] is not None)
+
+
+@pytest.mark.parametrize("harness", sorted(OPTIONS["harness"]))
+def test_rendered_harness_config_golden(harness: str) -> None:
+    exp = compose([f"+harness={harness}"]).experiment
+    ctx = RolloutContext(rollout_id="task-0-abc123", proxy_url="http://127.0.0.1:8800", api_key="fk-test-key",
+                         instruction="Create hello.txt", workdir="/work", home="/tmp/forge-home",
+                         bundle="/opt/forge/harness")
+    inv = prepare(exp.harness, exp.model, ctx)
+    parts = [f"# argv\n{json.dumps(inv.argv, indent=1)}", f"# env\n{json.dumps(inv.env, indent=1)}"]
+    parts += [f"# file {path}\n{content}" for path, content in inv.files.items()]
+    text = "\n".join(parts) + "\n"
+    check_golden(GOLDEN / "harness" / f"{harness}.txt", text)
+    assert "http://127.0.0.1:8800/r/task-0-abc123" in text
+
+
+def test_kubernetes_manifests_golden() -> None:
+    exp = compose(["+harness=codex", "runtime=kubernetes"]).experiment
+    plan = build_plan(exp, run_id="golden-run")
+    check_golden(GOLDEN / "kubernetes" / "codex-builtin.yaml", plan.rollouts[0].sandbox["manifests"])
+
+
+def test_docker_run_golden(tmp_path: Path) -> None:
+    exp = compose(["+harness=pi", "runtime=docker", "runtime.resources.memory=4g"]).experiment
+    plan = build_plan(exp, run_id="golden-run")
+    sandbox = plan.rollouts[0].sandbox
+    text = (sandbox["docker_run"] + "\n" + sandbox["exec"] + "\n").replace(str(tmp_path), "$TMP")
+    check_golden(GOLDEN / "docker" / "pi-builtin.txt", text)
+
+
+def test_dry_run_cli_json() -> None:
+    result = forge("rollout", "--dry-run", "+harness=openclaw", "+env=osworld", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["tasks"]["available"] is False
+    (first, *_) = plan["rollouts"]
+    assert "osworld-placeholder" in first["task_id"]
+    assert "/opt/forge/harness" not in first["bundle"]["mounted_at"] or plan["choices"]["runtime"] != "local"
+
+
+def test_dry_run_cli_text_default() -> None:
+    result = forge("rollout", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    for needle in ("tasks: 6", "rollouts: 24", "proxy base URL: http://127.0.0.1:8800/r/", "command:",
+                   "FORGE_API_KEY=****", "timeouts:", "resources:"):
+        assert needle in result.stdout
