@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def proxy(
-    upstream: str = typer.Option(..., "--upstream", "-u", help="Policy server URL(s), comma-separated."),
-    port: int = typer.Option(0, "--port", "-p", help="Port to listen on (0: a free one)."),
-    store: Path | None = typer.Option(None, "--store", help="SQLite trace store (default: a new file under "
-                                      "$FORGE_HOME/proxy/)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (keep loopback)."),
-    max_body_mb: int = typer.Option(32, "--max-body-mb", help="Largest request body accepted, in MiB."),
-    max_output_tokens: int | None = typer.Option(None, "--max-output-tokens",
-                                                 help="Cap on requested output tokens (default: the upstream's "
-                                                 "context length)."),
-    weight_version: str = typer.Option("0", "--weight-version", help="Weight version stamped on records."),
+    upstream: Annotated[str, typer.Option("--upstream", "-u", help="Policy server URL(s), comma-separated.")],
+    port: Annotated[int, typer.Option("--port", "-p", help="Port to listen on (0: a free one).")] = 0,
+    store: Annotated[Path | None, typer.Option("--store", help="SQLite trace store (default: a new file under "
+                                               "$FORGE_HOME/proxy/).")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (keep loopback).")] = "127.0.0.1",
+    max_body_mb: Annotated[int, typer.Option("--max-body-mb", help="Largest request body accepted, in MiB.")] = 32,
+    max_output_tokens: Annotated[int | None, typer.Option(
+        "--max-output-tokens", help="Cap on requested output tokens (default: the upstream's context length).")] = None,
+    weight_version: Annotated[str, typer.Option("--weight-version", help="Weight version stamped on records.")] = "0",
 ) -> None:
     """Serve and record model calls at http://HOST:PORT/r/<rollout-id>/v1 until Ctrl-C."""
     from forge_cli.proxy.launcher import start_proxy

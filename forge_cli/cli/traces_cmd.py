@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -49,7 +50,7 @@ def ls(store: Path | None = StoreOpt, as_json: bool = typer.Option(False, "--jso
 
 
 @app.command("show")
-def show(rollout: str = typer.Argument(..., help="Rollout id."), store: Path | None = StoreOpt,
+def show(rollout: Annotated[str, typer.Argument(help="Rollout id.")], store: Path | None = StoreOpt,
          as_json: bool = typer.Option(False, "--json", help="Full records as JSON.")) -> None:
     """The calls of one rollout, in order."""
     from forge_cli.traces import store as st
@@ -69,7 +70,7 @@ def show(rollout: str = typer.Argument(..., help="Rollout id."), store: Path | N
 
 
 @app.command("export")
-def export(out: Path = typer.Argument(..., help="Output file."), store: Path | None = StoreOpt,
+def export(out: Annotated[Path, typer.Argument(help="Output file.")], store: Path | None = StoreOpt,
            fmt: str = typer.Option("jsonl", "--format", "-f", help="jsonl or parquet."),
            rollout: str | None = typer.Option(None, "--rollout", help="Only this rollout.")) -> None:
     """Write CallRecords to JSONL or Parquet (schema: forge_cli/traces/record.py)."""
