@@ -27,6 +27,8 @@ app.add_typer(image_cmd.app, name="image")
 app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
 app.command("doctor")(doctor_cmd.doctor)
+app.command("proxy")(__import__("forge_cli.cli.proxy_cmd", fromlist=["proxy"]).proxy)
+app.add_typer(__import__("forge_cli.cli.traces_cmd", fromlist=["app"]).app, name="traces")
 
 
 def _version(value: bool) -> None:
