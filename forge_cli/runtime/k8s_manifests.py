@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.runtime.spec import LABEL_ROLLOUT, SandboxSpec
 
 BUNDLE_VOLUME = "harness-bundle"
+
+
+def _plain(data: Any) -> Any:
+    """A copy without shared sub-objects (YAML would print them as anchors and aliases)."""
+    return json.loads(json.dumps(data))
+
 WORK_VOLUME = "work"
 
 
@@ -38,7 +45,7 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
             "securityContext": security,
         })
     quantities = _quantities(spec)
-    return {
+    return _plain({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": spec.name, "namespace": runtime.namespace, "labels": spec.all_labels},
@@ -63,12 +70,12 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
             }],
             "volumes": volumes,
         },
-    }
+    })
 
 
 def network_policy(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any]:
     """Egress from the rollout's Pod only to the proxy Service's pods (and DNS); no ingress."""
-    return {
+    return _plain({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": spec.name, "namespace": runtime.namespace, "labels": spec.all_labels},
@@ -87,7 +94,7 @@ def network_policy(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, A
                 },
             ],
         },
-    }
+    })
 
 
 CONTROLLER_ACCOUNT = "forge"
@@ -103,7 +110,7 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
     ns = runtime.namespace
     app = {"app.kubernetes.io/name": runtime.proxy_service, "app.kubernetes.io/part-of": "forge"}
     meta = {"namespace": ns, "labels": {"app.kubernetes.io/part-of": "forge"}}
-    return [
+    docs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace",
          "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "forge"}}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": runtime.service_account, **meta},
@@ -151,3 +158,4 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
                   "ports": [{"name": "proxy", "port": runtime.proxy_port, "targetPort": runtime.proxy_port,
                              "protocol": "TCP"}]}},
     ]
+    return [_plain(doc) for doc in docs]

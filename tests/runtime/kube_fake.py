@@ -1,0 +1,212 @@
+"""A recorded fake of the Kubernetes API for the kubernetes backend (no cluster runs on these machines).
+
+It answers with the client's own models (V1Pod, V1PodList, ...), checks every body it is given
+against them, records each call, and emulates a container's exec: forge's sh wrapper is parsed back
+into the command, files live in a dict.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from forge_cli.runtime.kubernetes import READ_SCRIPT, WRITE_SCRIPT
+
+
+def to_model(body: dict[str, Any], model: str) -> Any:
+    """Deserialize a manifest into the client's model (what the real client would send)."""
+    api = client.ApiClient()
+    return api._ApiClient__deserialize(body, model)  # type: ignore[attr-defined]
+
+
+def from_model(model: Any) -> Any:
+    return client.ApiClient().sanitize_for_serialization(model)
+
+
+class FakeWS:
+    """Stands in for kubernetes.stream.ws_client.WSClient (binary mode)."""
+
+    def __init__(self, cluster: FakeCluster, argv: list[str]) -> None:
+        self.cluster, self.argv = cluster, argv
+        self.stdin = b""
+        self.out = b""
+        self.err = b""
+        self.code: int | None = None
+        self.ran = False
+
+    def write_stdin(self, data: bytes) -> None:
+        self.stdin += data
+
+    def is_open(self) -> bool:
+        return not self.ran
+
+    def update(self, timeout: float = 0) -> None:
+        if not self.ran:
+            self.out, self.err, self.code = self.cluster.run_in_container(self.argv, self.stdin)
+            self.ran = True
+
+    def peek_stdout(self) -> bool:
+        return bool(self.out)
+
+    def read_stdout(self) -> bytes:
+        out, self.out = self.out, b""
+        return out
+
+    def peek_stderr(self) -> bool:
+        return bool(self.err)
+
+    def read_stderr(self) -> bytes:
+        err, self.err = self.err, b""
+        return err
+
+    @property
+    def returncode(self) -> int | None:
+        return self.code
+
+    def close(self) -> None:
+        return None
+
+
+class _Api:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self._cluster = cluster
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return lambda *args, **kwargs: self._cluster.call(name, *args, **kwargs)
+
+
+class FakeCluster:
+    """Records calls; ``phases`` is the sequence of pod phases read_namespaced_pod returns."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.policies: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, bytes] = {}
+        self.phases: list[str] = ["Pending", "Running"]
+        self.waiting_reason: str | None = None
+        self.terminated_reason: str | None = None
+        self.failures: dict[str, list[int]] = {}
+        self.commands: dict[str, tuple[bytes, bytes, int]] = {}
+        self.delay_s = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        self.core = _Api(self)
+        self.net = _Api(self)
+
+    # the factory the backend calls: api_factory(runtime)
+    def __call__(self, runtime: Any) -> FakeCluster:
+        return self
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay_s)
+            pending = self.failures.get(name)
+            if pending:
+                status = pending.pop(0)
+                self.calls.append((name, f"error {status}"))
+                raise ApiException(status=status, reason="injected")
+            return getattr(self, f"_{name}")(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    # ---------------------------------------------------------------- CoreV1Api / NetworkingV1Api
+    def _create_namespaced_network_policy(self, namespace: str, body: dict[str, Any]) -> Any:
+        model = to_model(body, "V1NetworkPolicy")
+        assert from_model(model) == body, "the NetworkPolicy has fields the client's model does not know"
+        self.calls.append(("create_namespaced_network_policy", namespace, body["metadata"]["name"]))
+        self.policies[body["metadata"]["name"]] = body
+        return model
+
+    def _create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> Any:
+        model = to_model(body, "V1Pod")
+        assert from_model(model) == body, "the Pod has fields the client's model does not know"
+        self.calls.append(("create_namespaced_pod", namespace, body["metadata"]["name"]))
+        self.pods[body["metadata"]["name"]] = body
+        return model
+
+    def _read_namespaced_pod(self, name: str, namespace: str) -> Any:
+        self.calls.append(("read_namespaced_pod", name))
+        if name not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+        phase = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
+        state: dict[str, Any] = {"running": {}}
+        if self.waiting_reason:
+            state = {"waiting": {"reason": self.waiting_reason, "message": "image not found"}}
+        if self.terminated_reason:
+            state = {"terminated": {"reason": self.terminated_reason, "exitCode": 137}}
+        return to_model({
+            "metadata": self.pods[name]["metadata"],
+            "status": {"phase": phase, "containerStatuses": [
+                {"name": "sandbox", "image": self.pods[name]["spec"]["containers"][0]["image"], "imageID": "",
+                 "ready": phase == "Running", "restartCount": 0, "state": state}]},
+        }, "V1Pod")
+
+    def _read_namespaced_pod_log(self, name: str, namespace: str, container: str) -> str:
+        self.calls.append(("read_namespaced_pod_log", name))
+        return ""
+
+    def _delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> Any:
+        self.calls.append(("delete_namespaced_pod", name))
+        self.pods.pop(name, None)
+
+    def _delete_namespaced_network_policy(self, name: str, namespace: str) -> Any:
+        self.calls.append(("delete_namespaced_network_policy", name))
+        self.policies.pop(name, None)
+
+    def _list_namespaced_pod(self, namespace: str, label_selector: str) -> Any:
+        self.calls.append(("list_namespaced_pod", namespace, label_selector))
+        key, _, value = label_selector.partition("=")
+        items = [p for p in self.pods.values() if p["metadata"]["labels"].get(key) == value or (not value and key in
+                                                                                                  p["metadata"]["labels"])]
+        return to_model({"items": [{"metadata": p["metadata"]} for p in items]}, "V1PodList")
+
+    def _delete_collection_namespaced_pod(self, namespace: str, label_selector: str, grace_period_seconds: int) -> None:
+        self.calls.append(("delete_collection_namespaced_pod", namespace, label_selector))
+        key, _, value = label_selector.partition("=")
+        for name in [n for n, p in self.pods.items() if p["metadata"]["labels"].get(key) == value]:
+            del self.pods[name]
+
+    def _delete_collection_namespaced_network_policy(self, namespace: str, label_selector: str) -> None:
+        self.calls.append(("delete_collection_namespaced_network_policy", namespace, label_selector))
+
+    # ---------------------------------------------------------------- exec
+    def exec_stream(self, name: str, namespace: str, argv: list[str], stdin: bool) -> FakeWS:
+        self.call("exec_check", name)
+        return FakeWS(self, argv)
+
+    def _exec_check(self, name: str) -> None:
+        if name not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+
+    def run_in_container(self, argv: list[str], stdin: bytes) -> tuple[bytes, bytes, int]:
+        assert argv[:2] == ["/bin/sh", "-c"], argv
+        script = argv[2]
+        if script == WRITE_SCRIPT:
+            path, size = argv[4], int(argv[5])
+            self.calls.append(("exec", "write", path))
+            self.files[path] = stdin[:size]
+            return b"", b"", 0
+        if script == READ_SCRIPT:
+            path = argv[4]
+            self.calls.append(("exec", "read", path))
+            return (self.files[path], b"", 0) if path in self.files else (b"", b"", 2)
+        if "kill -9" in script or "oom_kill" in script or "memory.oom_control" in script:
+            self.calls.append(("exec", "kill" if "kill -9" in script else "oom-counters"))
+            if "memory.oom_control" in script and self.terminated_reason is None:
+                return b"oom_kill 1\n", b"", 0
+            return b"", b"", 0
+        command = shlex.split(script.splitlines()[-1])[1:]  # the wrapper's last line: exec ARGV
+        self.calls.append(("exec", *command))
+        return self.commands.get(" ".join(command), (b"", f"{command[0]}: not found\n".encode(), 127))

@@ -1,0 +1,195 @@
+"""kubernetes backend without a cluster: golden manifests, the client's models, and the call sequence
+against a recorded fake API (tests/runtime/kube_fake.py). The conformance suite covers a real cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forge_cli.config.schema import KubernetesRuntime, Resources
+from forge_cli.runtime import kubernetes as kube
+from forge_cli.runtime.base import SandboxConfigError, SandboxGone, SandboxOutOfMemory, SandboxUnavailable
+from forge_cli.runtime.k8s_manifests import cluster_manifests, network_policy, pod_manifest
+from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec
+from tests.golden import check_golden
+from tests.helpers import forge
+from tests.runtime.conftest import run
+from tests.runtime.kube_fake import FakeCluster, from_model, to_model
+
+GOLDEN = Path(__file__).parent / "golden"
+RUNTIME = KubernetesRuntime(kind="kubernetes", description="golden", namespace="forge", max_api_concurrency=2)
+SPEC = SandboxSpec(run_id="run-1", rollout_id="run-1-task_7-s0", image="forge-base:bookworm", workdir="/work",
+                   env={"OPENAI_BASE_URL": "http://forge-proxy:8800/r/run-1-task_7-s0/v1", "OPENAI_API_KEY": "k"},
+                   resources=Resources(cpus=0.5, memory="1Gi", pids=256), network="proxy-only",
+                   proxy=ProxyEndpoint("forge-proxy", 8800), timeout_s=900,
+                   bundle_host_path="/root/.cache/forge/harnesses/codex")
+
+
+def dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False, width=120)
+
+
+def test_golden_pod_and_policy() -> None:
+    check_golden(GOLDEN / "pod.yaml", dump([pod_manifest(SPEC, RUNTIME)]))
+    check_golden(GOLDEN / "networkpolicy.yaml", dump([network_policy(SPEC, RUNTIME)]))
+
+
+def test_golden_cluster_manifests() -> None:
+    check_golden(GOLDEN / "cluster.yaml", dump(cluster_manifests(RUNTIME)))
+
+
+MODELS = {"Namespace": "V1Namespace", "ServiceAccount": "V1ServiceAccount", "Role": "V1Role",
+          "RoleBinding": "V1RoleBinding", "Deployment": "V1Deployment", "Service": "V1Service",
+          "Pod": "V1Pod", "NetworkPolicy": "V1NetworkPolicy"}
+
+
+def test_manifests_are_valid_client_models() -> None:
+    """Every field survives a round trip through the client's models (a misspelt field would be dropped)."""
+    docs = [*cluster_manifests(RUNTIME), pod_manifest(SPEC, RUNTIME), network_policy(SPEC, RUNTIME)]
+    for doc in docs:
+        assert from_model(to_model(doc, MODELS[doc["kind"]])) == doc, doc["kind"]
+    pod = pod_manifest(SPEC, RUNTIME)["spec"]
+    assert pod["activeDeadlineSeconds"] == 900 and pod["automountServiceAccountToken"] is False
+    sandbox = pod["containers"][0]
+    assert sandbox["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert sandbox["resources"]["limits"] == {"cpu": "500m", "memory": str(1024**3)}
+    assert {"name": "harness-bundle", "mountPath": "/opt/forge/harness", "readOnly": True} in sandbox["volumeMounts"]
+    egress = network_policy(SPEC, RUNTIME)["spec"]["egress"]
+    assert egress[0]["ports"] == [{"protocol": "TCP", "port": 8800}]
+
+
+def test_cli_prints_the_manifests() -> None:
+    result = forge("k8s", "manifests", "--namespace", "rl")
+    assert result.returncode == 0, result.stderr
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]
+    assert kinds == ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+    assert all(doc["metadata"].get("namespace", "rl") == "rl" for doc in yaml.safe_load_all(result.stdout))
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
+    fake = FakeCluster()
+    monkeypatch.setattr(kube, "api_factory", fake)
+    monkeypatch.setattr(kube.KubernetesSandbox, "POLL_S", 0.01)
+    monkeypatch.setattr(kube, "_apis", {})
+    yield fake
+
+
+def spec(index: int = 0, **fields: Any) -> SandboxSpec:
+    values: dict[str, Any] = {"run_id": "run-1", "rollout_id": f"r{index}", "image": "forge-base:bookworm",
+                              "workdir": "/work", "timeout_s": 60}
+    return SandboxSpec(**{**values, **fields})
+
+
+def test_call_sequence(cluster: FakeCluster) -> None:
+    cluster.commands["echo hi"] = (b"hi\n", b"", 0)
+
+    async def body() -> tuple[Any, bytes]:
+        async with await kube.KubernetesSandbox.create(spec(files={"task.md": "x"}), RUNTIME) as sb:
+            result = await sb.exec(["echo", "hi"])
+            await sb.write_file("out/ü.bin", b"\x00\xff")
+            return result, await sb.read_file("out/ü.bin")
+
+    result, data = run(body())
+    assert (result.exit_code, result.stdout) == (0, "hi\n") and data == b"\x00\xff"
+    assert cluster.calls == [
+        ("create_namespaced_network_policy", "forge", "forge-r0"),
+        ("create_namespaced_pod", "forge", "forge-r0"),
+        ("read_namespaced_pod", "forge-r0"),
+        ("read_namespaced_pod", "forge-r0"),
+        ("exec", "write", "/work/task.md"),
+        ("exec", "echo", "hi"),
+        ("exec", "write", "/work/out/ü.bin"),
+        ("exec", "read", "/work/out/ü.bin"),
+        ("delete_namespaced_pod", "forge-r0"),
+        ("delete_namespaced_network_policy", "forge-r0"),
+    ]
+
+
+def test_image_problem_is_one_clear_error_and_nothing_is_left(cluster: FakeCluster) -> None:
+    cluster.phases = ["Pending"]
+    cluster.waiting_reason = "ErrImagePull"
+    with pytest.raises(SandboxConfigError) as info:
+        run(kube.KubernetesSandbox.create(spec(), RUNTIME))
+    assert "ErrImagePull" in info.value.message and "kind load docker-image" in str(info.value.fix)
+    assert cluster.pods == {} and cluster.policies == {}
+
+
+def test_transient_errors_are_retried(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster.failures["create_namespaced_pod"] = [503, 429]
+    async def body() -> None:
+        async with await kube.KubernetesSandbox.create(spec(), RUNTIME):
+            pass
+
+    run(body())
+    creates = [c for c in cluster.calls if c[0] == "create_namespaced_pod"]
+    assert creates == [("create_namespaced_pod", "error 503"), ("create_namespaced_pod", "error 429"),
+                       ("create_namespaced_pod", "forge", "forge-r0")]
+
+
+def test_permanent_errors_are_not_retried(cluster: FakeCluster) -> None:
+    cluster.failures["create_namespaced_pod"] = [403, 403]
+    with pytest.raises(SandboxConfigError) as info:
+        run(kube.KubernetesSandbox.create(spec(), RUNTIME))
+    assert "403" in info.value.message and "forge k8s manifests" in str(info.value.fix)
+    assert cluster.failures["create_namespaced_pod"] == [403]
+
+
+def test_api_calls_are_bounded(cluster: FakeCluster) -> None:
+    cluster.delay_s = 0.02
+
+    async def one(index: int) -> None:
+        async with await kube.KubernetesSandbox.create(spec(index), RUNTIME):
+            pass
+
+    async def many() -> None:
+        await asyncio.gather(*(one(i) for i in range(8)))
+
+    run(many())
+    assert cluster.max_in_flight == RUNTIME.max_api_concurrency == 2
+    assert cluster.pods == {}
+
+
+def test_cleanup_by_label(cluster: FakeCluster) -> None:
+    async def leave() -> None:
+        await kube.KubernetesSandbox.create(spec(1), RUNTIME)
+        await kube.KubernetesSandbox.create(spec(2, run_id="other"), RUNTIME)
+
+    run(leave())
+    removed = run(kube.KubernetesSandbox.cleanup("run-1", RUNTIME))
+    assert removed == ["forge-r1"] and list(cluster.pods) == ["forge-r2"]
+    assert ("delete_collection_namespaced_network_policy", "forge", "forge.run=run-1") in cluster.calls
+
+
+def test_oom_and_dead_pods(cluster: FakeCluster) -> None:
+    cluster.commands["hog"] = (b"", b"Killed\n", 137)
+
+    async def oom() -> None:
+        async with await kube.KubernetesSandbox.create(spec(), RUNTIME) as sb:
+            with pytest.raises(SandboxOutOfMemory):
+                await sb.exec(["hog"])
+            cluster.terminated_reason = "OOMKilled"
+            with pytest.raises(SandboxOutOfMemory):
+                await sb.exec(["hog"])
+            cluster.terminated_reason = "Error"
+            with pytest.raises(SandboxGone):
+                await sb.exec(["hog"])
+
+    run(oom())
+
+
+def test_missing_kube_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(kube, "_apis", {})
+    with pytest.raises(SandboxUnavailable) as info:
+        run(kube.KubernetesSandbox.cleanup("x", RUNTIME))
+    assert "no Kubernetes context" in info.value.message and "KUBECONFIG" in str(info.value.fix)
+    result = forge("sandbox", "cleanup", "x", "-r", "kubernetes", env={"KUBECONFIG": str(tmp_path / "nope")})
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: no Kubernetes context") and "fix:" in result.stderr
