@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -85,13 +86,43 @@ def installed_bundles() -> list[dict[str, Any]]:
 
 
 def tree_stats(root: Path) -> tuple[int, int]:
-    """(file count, bytes) of a directory tree; symlinks count as files of their own size."""
+    """(file count, bytes on disk) of a directory tree; hard links count once, symlinks by their own size."""
     files = size = 0
+    seen: set[tuple[int, int]] = set()
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
             files += 1
-            size += os.lstat(os.path.join(dirpath, name)).st_size
+            st = os.lstat(os.path.join(dirpath, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                size += st.st_size
     return files, size
+
+
+def dedupe(root: Path, min_size: int = 1 << 20) -> int:
+    """Hard-link identical large files inside a bundle (platform binaries that install scripts copy
+    next to their package, e.g. Claude Code's and opencode's); returns the bytes saved."""
+    by_size: dict[int, list[Path]] = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode) and st.st_size >= min_size:
+                by_size.setdefault(st.st_size, []).append(path)
+    saved = 0
+    for size, paths in by_size.items():
+        firsts: dict[str, Path] = {}
+        for path in paths:
+            first = firsts.setdefault(sha256_file(path), path)
+            if first is path or first.stat().st_ino == path.stat().st_ino:
+                continue
+            if first.stat().st_mode != path.stat().st_mode:
+                continue
+            link = path.with_name(f".{path.name}.forge-link")
+            os.link(first, link)
+            os.replace(link, path)
+            saved += size
+    return saved
 
 
 # ---------------------------------------------------------------- wrappers
@@ -263,6 +294,7 @@ def _build(harness: HarnessConfig, tmp: Path, *, offline: bool, binary_path: Pat
         key_files.append(_install_binary(harness, tmp, binary_path))
         manifest["packages"] = {str(pkg.name): str(pkg.version)}
     key_files.append(tmp / "bin" / harness.entrypoint)
+    manifest["deduplicated_bytes"] = dedupe(tmp)
     say(f"checking that bin/{harness.entrypoint} runs")
     manifest["version_output"] = verify_entrypoint(tmp, harness, log)
     manifest["key_files"] = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in key_files}

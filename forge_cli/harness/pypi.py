@@ -11,6 +11,7 @@ same Python minor version as the one that installed the wheels (3.11: Debian boo
 from __future__ import annotations
 
 import configparser
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,11 +84,7 @@ def install(harness: HarnessConfig, bundle: Path, *, offline: bool, log: Path) -
     except StepFailed as exc:
         raise _pip_error(exc, wanted, offline, log) from None
     # console scripts pip wrote carry absolute shebangs to this machine's interpreter: not usable elsewhere
-    scripts = target / "bin"
-    if scripts.is_dir():
-        for path in scripts.iterdir():
-            path.unlink()
-        scripts.rmdir()
+    shutil.rmtree(target / "bin", ignore_errors=True)
 
 
 def _pip_error(exc: StepFailed, wanted: str, offline: bool, log: Path) -> UserError:
