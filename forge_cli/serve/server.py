@@ -1,0 +1,328 @@
+"""Start, health-check and stop vLLM's OpenAI-compatible server for a model config.
+
+The server runs as ``<vllm env>/bin/python -m vllm.entrypoints.openai.api_server`` in its own
+process group (so stopping it takes vLLM's engine and worker processes with it), bound to
+127.0.0.1, with its output in a log file. vLLM's RL endpoints (``/pause``, ``/resume``,
+``/collective_rpc``, ``/update_weight_version``, ``/weight_info``) are enabled with
+``VLLM_SERVER_DEV_MODE=1``: :mod:`forge_cli.serve.weights` needs them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from forge_cli.config.schema import ModelConfig, OpenAICompatibleModel, SmolModel, VllmModel
+from forge_cli.errors import UserError
+from forge_cli.paths import forge_home
+from forge_cli.serve.prepare import PreparedModel, resolve_model, vllm_python
+
+LOOPBACK = "127.0.0.1"
+Log = Callable[[str], None]
+
+
+class ServerError(UserError):
+    """vLLM did not come up (bad model directory, out of memory, ...): the log tail says why."""
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise a UserError if ``host:port`` cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise UserError(f"port {port} on {host} is already in use ({exc.strerror})",
+                            fix="pick another with --port P (or model.port=P), or 0 for a free one") from None
+
+
+def logs_dir() -> Path:
+    return forge_home() / "logs"
+
+
+def state_dir() -> Path:
+    """Where detached servers leave ``serve-<port>.json`` (pid, url, log) for ``forge serve --stop``."""
+    return forge_home() / "run"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything needed to start one vLLM server: argv, extra environment, where it listens."""
+
+    argv: list[str]
+    env: dict[str, str]
+    host: str
+    port: int
+    served_name: str
+    model_path: Path
+
+
+def build_launch(model: SmolModel | VllmModel, prepared: PreparedModel, port: int,
+                 model_path: Path | None = None) -> Launch:
+    """The vLLM command line and environment for ``model`` (``model_path`` overrides the weights)."""
+    path = model_path or prepared.path
+    argv = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(path), "--tokenizer", str(prepared.path),
+            "--served-model-name", model.served_name,
+            "--host", model.host, "--port", str(port),
+            "--dtype", model.dtype, "--max-model-len", str(model.max_model_len)]
+    env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if model.device == "cpu":
+        argv.append("--enforce-eager")
+        # vLLM reads VLLM_CPU_KVCACHE_SPACE as whole GiB
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(model.kv_cache_gb)))
+    if model.tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
+    if prepared.chat_template is not None:
+        argv += ["--chat-template", str(prepared.chat_template)]
+    if model.max_model_len > _native_context(prepared.path):
+        env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    argv += list(model.extra_args)
+    return Launch(argv, env, model.host, port, model.served_name, path)
+
+
+def _native_context(path: Path) -> int:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return 1 << 30
+    return int(config.get("max_position_embeddings") or 1 << 30)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: SIGTERM the server when the forge process that started it dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class PolicyServer:
+    """A running vLLM server: ``url`` (no ``/v1``), ``base_url`` (with it), ``model`` (served name)."""
+
+    launch: Launch
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    prepared: PreparedModel
+    started_s: float = 0.0
+    ready_s: float | None = None
+    _stopped: bool = field(default=False, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.launch.host}:{self.launch.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def model(self) -> str:
+        return self.launch.served_name
+
+    @property
+    def port(self) -> int:
+        return self.launch.port
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Is the server up and answering ``/health`` with 200?"""
+        return health(self.url, timeout)
+
+    def wait_ready(self, timeout: float = 600.0, log: Log | None = None) -> float:
+        """Block until ``/health`` answers (returns seconds since start) or raise ServerError."""
+        say = log or (lambda _msg: None)
+        deadline = time.monotonic() + timeout
+        last_note = 0.0
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ServerError(f"vLLM exited during start-up (exit status {self.process.returncode}):\n"
+                                  f"{log_tail(self.log_path)}", fix=f"full log: {self.log_path}")
+            if self.healthy(timeout=1.0):
+                self.ready_s = time.monotonic() - self.started_s
+                return self.ready_s
+            elapsed = time.monotonic() - self.started_s
+            if elapsed - last_note >= 10:
+                last_note = elapsed
+                say(f"waiting for vLLM ({elapsed:.0f} s): {_progress(self.log_path)}")
+            time.sleep(0.5)
+        self.stop()
+        raise ServerError(f"vLLM did not become healthy within {timeout:.0f} s:\n{log_tail(self.log_path)}",
+                          fix=f"full log: {self.log_path}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the whole process group, then SIGKILL what is left after ``timeout``."""
+        if self._stopped:
+            return
+        self._stopped = True
+        stop_group(self.process.pid, timeout, self.process)
+
+    def __enter__(self) -> PolicyServer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def stop_group(pgid: int, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Terminate process group ``pgid`` (the server and its children), escalating to SIGKILL."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None:
+            process.poll()
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # zombies of the group leader still count for killpg: look for a live member
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def health(url: str, timeout: float = 2.0) -> bool:
+    """GET ``url``/health → True on 200, False on anything else (refused, timeout, 5xx)."""
+    import httpx
+
+    try:
+        return httpx.get(url.rstrip("/") + "/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    interesting = [line for line in text if "Error" in line or "error" in line]
+    tail = text[-lines:]
+    extra = [line for line in interesting[-5:] if line not in tail]
+    return "\n".join(["  " + line for line in extra + tail])
+
+
+def _progress(path: Path) -> str:
+    """A short phrase for what vLLM is doing, from its latest log line."""
+    try:
+        last = path.read_text(errors="replace").strip().splitlines()[-1]
+    except (OSError, IndexError):
+        return "starting"
+    message = last.split("]", 1)[-1].strip() if "]" in last else last.strip()
+    return message[:100] or "starting"
+
+
+def start_server(model: ModelConfig, port: int | None = None, *, log_path: Path | None = None,
+                 wait: bool = True, timeout: float = 600.0, detach: bool = False, log: Log | None = None,
+                 model_path: Path | None = None) -> PolicyServer:
+    """Start vLLM for ``model`` in the background and (``wait``) block until it is healthy.
+
+    ``port``: None → ``model.port``; 0 → a free port. The default model is converted first if
+    needed. Unless ``detach``, the server is stopped when this Python process exits (even when it
+    is killed). ``model_path`` serves other weights (a checkpoint) with the model's tokenizer.
+    """
+    if isinstance(model, OpenAICompatibleModel):
+        raise UserError(f"model source 'openai-compatible' is an external endpoint ({model.base_url}); "
+                        "forge does not start a server for it", fix="use model=smollm2-135m or model=vllm")
+    if model.host != LOOPBACK:
+        raise UserError(f"model.host={model.host}: forge binds its policy servers to {LOOPBACK} only",
+                        fix=f"set model.host={LOOPBACK}")
+    prepared = resolve_model(model, log=log)
+    if model_path is not None and not (Path(model_path) / "config.json").is_file():
+        raise UserError(f"{model_path} is not a Hugging Face model directory (no config.json in it)")
+    chosen = model.port if port is None else port
+    if chosen == 0:
+        chosen = free_port(model.host)
+    else:
+        check_port_free(model.host, chosen)
+    launch = build_launch(model, prepared, chosen, Path(model_path) if model_path else None)
+    return spawn(launch, prepared, log_path=log_path, wait=wait, timeout=timeout, detach=detach, log=log)
+
+
+def spawn(launch: Launch, prepared: PreparedModel, *, log_path: Path | None = None, wait: bool = True,
+          timeout: float = 600.0, detach: bool = False, log: Log | None = None) -> PolicyServer:
+    """Run ``launch`` in a new process group with output to ``log_path``; optionally wait for health."""
+    if log_path is None:
+        logs_dir().mkdir(parents=True, exist_ok=True)
+        log_path = logs_dir() / f"vllm-{launch.port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **launch.env}
+    # PR_SET_PDEATHSIG follows the starting *thread*: set it only when started from the main one
+    in_main = threading.current_thread() is threading.main_thread()
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   env=env, start_new_session=True,
+                                   preexec_fn=_die_with_parent if in_main and not detach else None)
+    server = PolicyServer(launch, process, log_path, prepared, started_s=time.monotonic())
+    if not detach:
+        atexit.register(server.stop)
+    if wait:
+        try:
+            server.wait_ready(timeout, log=log)
+        except BaseException:
+            server.stop()
+            raise
+    return server
+
+
+def restart(server: PolicyServer, model_path: Path | None = None, timeout: float = 600.0,
+            log: Log | None = None) -> PolicyServer:
+    """Stop ``server`` and start the same launch again on the same port (optionally other weights)."""
+    server.stop()
+    launch = server.launch
+    if model_path is not None:
+        argv = list(launch.argv)
+        argv[argv.index("--model") + 1] = str(model_path)
+        launch = Launch(argv, launch.env, launch.host, launch.port, launch.served_name, Path(model_path))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the old socket may linger for a moment
+        try:
+            check_port_free(launch.host, launch.port)
+            break
+        except UserError:
+            time.sleep(0.2)
+    return spawn(launch, server.prepared, log_path=server.log_path, timeout=timeout, log=log)
