@@ -56,8 +56,26 @@ def _mitm_error_response(status_code: int, message: str = "") -> bytes:
 class Call:
     """Per-flow state of one model call (``flow.metadata["forge"]``)."""
 
-    __slots__ = ("chunks", "fmt", "headers", "path", "prep", "recorded", "reject", "request", "rollout", "seq",
-                 "stream", "t_first_byte", "t_start", "timer", "timed_out", "transformer", "upstream", "version")
+    __slots__ = (
+        "chunks",
+        "fmt",
+        "headers",
+        "path",
+        "prep",
+        "recorded",
+        "reject",
+        "request",
+        "rollout",
+        "seq",
+        "stream",
+        "t_first_byte",
+        "t_start",
+        "timed_out",
+        "timer",
+        "transformer",
+        "upstream",
+        "version",
+    )
 
     def __init__(self, rollout: Rollout | None, fmt: str, path: str) -> None:
         self.rollout = rollout

@@ -1,0 +1,172 @@
+"""Addon hook checks with mitmproxy's own test helpers (``mitmproxy.test.tflow``/``taddons``).
+
+Runs inside mitmproxy's virtual environment (stdlib ``unittest``): ``<mitm env>/bin/python
+tests/proxy/mitm_addon_checks.py``; ``test_addon_tflow.py`` does that under pytest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mitmproxy import flow as mflow  # noqa: E402
+from mitmproxy import http  # noqa: E402
+from mitmproxy.test import taddons, tflow  # noqa: E402
+
+from forge_cli.proxy.addon import ForgeProxy  # noqa: E402
+from tests.proxy import fake_upstream as fake  # noqa: E402
+
+
+def _flow(path: str, body: dict | bytes, key: str | None, ctype: str = "application/json") -> http.HTTPFlow:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"content-type": ctype}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    f = tflow.tflow()
+    f.request = http.Request.make("POST", f"http://127.0.0.1:9/{path.lstrip('/')}", content, headers)
+    return f
+
+
+class AddonHooks(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self) -> None:
+        asyncio.get_running_loop().set_debug(False)  # slow-callback warnings would go to mitmproxy's log handler
+        self.tmp = tempfile.TemporaryDirectory()
+        token = Path(self.tmp.name) / "admin"
+        token.write_text("admin-secret")
+        self.store = str(Path(self.tmp.name) / "t.sqlite")
+        self.addon = ForgeProxy()
+        self.ctx = taddons.context(self.addon)
+        self.tctx = self.ctx.__enter__()
+        self.tctx.configure(self.addon, forge_upstreams="http://127.0.0.1:18999,http://127.0.0.1:18998",
+                            forge_store=self.store, forge_admin_token_file=str(token), forge_max_output_tokens=100)
+        rollout, self.key = self.addon.registry.register("r1", {})
+        self.rid = rollout.rollout_id
+
+    async def asyncTearDown(self) -> None:
+        self.addon.done()
+        self.ctx.__exit__(None, None, None)
+        self.tmp.cleanup()
+
+    async def rows(self) -> list[sqlite3.Row]:
+        assert self.addon.sink is not None
+        if self.addon.sink.sent == 0:  # nothing was handed to the writer
+            return []
+        self.assertTrue(await self.addon.sink.wait_committed(timeout=20))
+        conn = sqlite3.connect(self.store)
+        conn.row_factory = sqlite3.Row
+        return conn.execute("SELECT * FROM calls ORDER BY id").fetchall()
+
+    def forward(self, body: dict, path: str = "/v1/chat/completions") -> http.HTTPFlow:
+        f = _flow(f"/r/{self.rid}{path}", body, self.key)
+        self.addon.requestheaders(f)
+        self.addon.request(f)
+        self.assertIsNone(f.response)
+        return f
+
+    def stream(self, f: http.HTTPFlow, events: list[bytes]) -> bytes:
+        f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+        self.addon.responseheaders(f)
+        assert callable(f.response.stream)
+        out = b""
+        for e in events:
+            for part in f.response.stream(e):
+                out += part
+        return out
+
+    async def test_unknown_route_and_wrong_key_are_rejected_unrecorded(self) -> None:
+        for path, key, status in (("/v1/chat/completions", self.key, 404), (f"/r/{self.rid}/v1/chat/completions",
+                                   "wrong", 401), (f"/r/{self.rid}/v1/chat/completions", None, 401),
+                                  ("/r/nope/v1/chat/completions", self.key, 401)):
+            f = _flow(path, {"model": "m"}, key)
+            self.addon.requestheaders(f)
+            self.addon.request(f)
+            self.assertEqual(f.response.status_code, status, path)
+            self.assertIn(b'"error"', f.response.content)
+        self.assertEqual(await self.rows(), [])
+        self.assertEqual(self.addon.metrics.errors["unauthorized"], 3)
+
+    async def test_request_is_rewritten_for_capture_and_routed_upstream(self) -> None:
+        f = self.forward({"model": "m", "messages": [], "max_tokens": 5000})
+        sent = json.loads(f.request.content)
+        self.assertEqual((sent["return_token_ids"], sent["logprobs"], sent["max_tokens"]), (True, True, 100))
+        self.assertEqual((f.request.host, f.request.port, f.request.path), ("127.0.0.1", 18999, "/v1/chat/completions"))
+        self.assertNotIn("authorization", f.request.headers)
+
+    async def test_non_streamed_answer_is_stripped_and_recorded(self) -> None:
+        f = self.forward({"model": "m", "messages": []})
+        upstream = json.dumps(fake.chat_json({"model": "m", "return_token_ids": True, "logprobs": True})).encode()
+        f.response = http.Response.make(200, upstream, {"content-type": "application/json"})
+        self.addon.responseheaders(f)
+        self.addon.response(f)
+        client = json.loads(f.response.content)
+        self.assertNotIn("prompt_token_ids", client)
+        self.assertIsNone(client["choices"][0]["logprobs"])
+        (row,) = await self.rows()
+        self.assertEqual(row["status"], "ok")
+        self.assertEqual(json.loads(row["completion_token_ids"]), fake.TOKENS)
+
+    async def _streamed(self, end: str, cut: int | None = None) -> sqlite3.Row:
+        f = self.forward({"model": "m", "messages": [], "stream": True})
+        events = fake.chat_events({"model": "m", "stream": True, "return_token_ids": True, "logprobs": True})
+        out = self.stream(f, events[:cut])
+        if end == "response":
+            f.response.stream(b"")
+            self.addon.response(f)
+        else:
+            f.error = mflow.Error("Client disconnected.")
+            self.addon.error(f)
+        self.assertNotIn(b"token_ids", out)
+        (row,) = await self.rows()
+        return row
+
+    async def test_terminal_event_then_response_hook(self) -> None:
+        row = await self._streamed("response")
+        self.assertEqual((row["status"], row["completion_tokens"]), ("ok", 4))
+
+    async def test_terminal_event_then_error_hook_still_ok(self) -> None:
+        row = await self._streamed("error")  # Codex closes right after the terminal event
+        self.assertEqual((row["status"], row["completion_tokens"]), ("ok", 4))
+
+    async def test_disconnect_before_terminal_event_is_client_abort(self) -> None:
+        row = await self._streamed("error", cut=3)
+        self.assertEqual(row["status"], "client_abort")
+        self.assertEqual(json.loads(row["completion_token_ids"]), fake.TOKENS[:2])
+
+    async def test_stream_end_without_terminal_event_is_incomplete(self) -> None:
+        row = await self._streamed("response", cut=3)
+        self.assertEqual(row["status"], "incomplete")
+
+    async def test_upstream_connect_failure_is_upstream_error_and_fails_over(self) -> None:
+        f = self.forward({"model": "m", "messages": []})
+        f.error = mflow.Error("Connection refused")
+        self.addon.error(f)
+        (row,) = await self.rows()
+        self.assertEqual(row["status"], "upstream_error")
+        g = self.forward({"model": "m", "messages": []})
+        self.assertEqual(g.request.port, 18998)  # sticky upstream marked unhealthy: next call moves
+
+    async def test_bad_content_type_and_invalid_json(self) -> None:
+        for body, ctype, status in ((b'{"max_tokens": 1, x}', "application/json", 400), (b"{}", "text/plain", 415)):
+            f = _flow(f"/r/{self.rid}/v1/chat/completions", body, self.key, ctype)
+            self.addon.requestheaders(f)
+            self.addon.request(f)
+            self.assertEqual(f.response.status_code, status)
+        self.assertEqual(await self.rows(), [])
+
+    async def test_options_are_validated(self) -> None:
+        with self.assertRaises(Exception):
+            self.tctx.configure(self.addon, forge_max_header_kb=0)
+        with self.assertRaises(Exception):
+            self.tctx.configure(self.addon, forge_upstreams="")
+
+
+if __name__ == "__main__":
+    asyncio.set_event_loop_policy(asyncio.DefaultEventLoopPolicy())
+    unittest.main(verbosity=2)
