@@ -121,19 +121,24 @@ class ThreadedExecHandle(ExecHandle):
         self._done: asyncio.Future[int | None] = loop.create_future()
         self._killer = killer
 
+        def to_loop(fn: Callable[..., Any], *args: Any) -> None:
+            # the loop may be gone when a command outlives its caller (killed on timeout, loop closed)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fn, *args)
+
         def emit(stream: Stream, chunk: bytes) -> None:
             if chunk:
-                loop.call_soon_threadsafe(self.queue.put_nowait, (stream, chunk))
+                to_loop(self.queue.put_nowait, (stream, chunk))
 
         def run() -> None:
             try:
                 code: int | None = reader(emit)
             except BaseException as error:  # handed to the awaiting coroutine
-                loop.call_soon_threadsafe(_settle, self._done, None, error)
+                to_loop(_settle, self._done, None, error)
             else:
-                loop.call_soon_threadsafe(_settle, self._done, code, None)
+                to_loop(_settle, self._done, code, None)
             finally:
-                loop.call_soon_threadsafe(self.queue.put_nowait, None)
+                to_loop(self.queue.put_nowait, None)
 
         threading.Thread(target=run, name=f"forge-exec-{name}", daemon=True).start()
 

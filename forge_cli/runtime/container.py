@@ -29,7 +29,8 @@ from forge_cli.runtime.base import (
     ThreadedExecHandle,
 )
 
-PID_DIR = "/tmp/.forge-exec"
+# each exec records its pid in PID_PREFIX + exec id (no directory: one process less per exec)
+PID_PREFIX = "/tmp/.forge-exec-"
 # the OOM killer's counter of the container's memory cgroup (v1, then v2)
 OOM_COUNTERS = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,11 +46,11 @@ def wrap_command(argv: list[str], env: dict[str, str], cwd: str, exec_id: str) -
     for name in env:
         if not _ENV_NAME.match(name):
             raise ValueError(f"'{name}' is not a valid environment variable name")
-    pid_file = f"{PID_DIR}/{exec_id}"
+    pid_file = f"{PID_PREFIX}{exec_id}"
     lines = [
         f"cd {shlex.quote(cwd)} || exit 126",
         "unset OLDPWD",
-        f"mkdir -p {PID_DIR} 2>/dev/null && echo $$ > {pid_file} 2>/dev/null",
+        f"echo $$ > {pid_file} 2>/dev/null",
         *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
         "exec " + shlex.join(argv),
     ]
@@ -58,7 +59,7 @@ def wrap_command(argv: list[str], env: dict[str, str], cwd: str, exec_id: str) -
 
 def kill_command(exec_id: str) -> list[str]:
     """Kill the process group recorded by :func:`wrap_command` (and the process, should it have left it)."""
-    pid_file = f"{PID_DIR}/{exec_id}"
+    pid_file = f"{PID_PREFIX}{exec_id}"
     return ["/bin/sh", "-c", f"p=$(cat {pid_file} 2>/dev/null) && {{ kill -9 -$p; kill -9 $p; }} 2>/dev/null; "
                              f"rm -f {pid_file}; exit 0"]
 

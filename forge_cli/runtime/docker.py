@@ -116,11 +116,14 @@ class DockerSandbox(ContainerSandbox):
         if self.spec.bundle_host_path and not Path(self.spec.bundle_host_path).is_dir():
             raise SandboxConfigError(f"harness bundle {self.spec.bundle_host_path} does not exist",
                                      "install it first: forge harness install NAME")
-        client = client_for(self.runtime)
+        from docker.models.containers import _create_container_args
+
+        api = client_for(self.runtime).api
         with docker_errors(f"creating sandbox {self.spec.name} from image '{self.spec.image}'"):
-            container = client.containers.create(**kwargs)
-            self.container_id = container.id
-            container.start()
+            # the low-level calls: the high-level create() inspects the new container once more
+            args = _create_container_args({**kwargs, "version": api._version})
+            self.container_id = api.create_container(**args)["Id"]
+            api.start(self.container_id)
 
     async def _stop(self) -> None:
         if self.container_id is not None:
