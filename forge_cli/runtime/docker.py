@@ -170,13 +170,34 @@ class DockerSandbox(ContainerSandbox):
         what = f"running a command in sandbox {self.spec.name}"
         with docker_errors(what):
             exec_id = self.api.exec_create(self.container_id, argv, stdout=True, stderr=True, stdin=False)["Id"]
-            for out, err in self.api.exec_start(exec_id, stream=True, demux=True):
-                if out:
-                    emit("stdout", out)
-                if err:
-                    emit("stderr", err)
+            for stream, chunk in self._exec_frames(exec_id):
+                emit("stderr" if stream == 2 else "stdout", chunk)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
             return code if isinstance(code, int) else None
+
+    def _exec_frames(self, exec_id: str) -> Iterator[tuple[int, bytes]]:
+        """The multiplexed output frames (stream 1 stdout, 2 stderr) of a started exec.
+
+        Read from the response's *buffered* reader: the SDK reads the raw socket underneath it, and loses
+        frames that arrived in the same read as the response headers (seen under load: a fast command's
+        whole output missing, exit code 0).
+        """
+        api = self.api
+        response = api._post_json(api._url("/exec/{0}/start", exec_id), headers={"Connection": "Upgrade",
+                                  "Upgrade": "tcp"}, data={"Tty": False, "Detach": False}, stream=True)
+        try:
+            api._raise_for_status(response)
+            reader = response.raw._fp.fp
+            api._disable_socket_timeout(reader.raw)  # a command may be silent for longer than the API timeout
+            while len(header := reader.read(8)) == 8:
+                size = int.from_bytes(header[4:8], "big")
+                payload = reader.read(size)
+                if payload:
+                    yield header[0], payload
+                if len(payload) < size:
+                    break
+        finally:
+            response.close()
 
     def _container_state(self) -> ContainerState:
         import docker.errors
