@@ -86,10 +86,8 @@ def emit(event: dict[str, Any]) -> None:
 
 def clip(text: str, limit: int = OUTPUT_LIMIT) -> str:
     """Keep the head and tail of a long text."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
+    half, cut = limit // 2, len(text) - limit
+    return text if cut <= 0 else f"{text[:half]}\n... [{cut} characters cut] ...\n{text[-half:]}"
 
 
 def env_num(name: str, default: float) -> float:
@@ -131,12 +129,10 @@ def run_bash(command: str, timeout: float) -> tuple[str, int | None]:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipes
             out, err = b"", b""
-        code = None
-        head = f"timeout: the command was killed after {timeout:g} s"
+        code, head = None, f"timeout: the command was killed after {timeout:g} s"
     half = OUTPUT_LIMIT // 2
-    text = (f"{head}\nstdout:\n{clip(out.decode(errors='replace'), half)}\n"
-            f"stderr:\n{clip(err.decode(errors='replace'), half)}")
-    return text, code
+    return (f"{head}\nstdout:\n{clip(out.decode(errors='replace'), half)}\n"
+            f"stderr:\n{clip(err.decode(errors='replace'), half)}"), code
 
 
 def run_tool(name: str, args: dict[str, Any], tool_timeout: float) -> tuple[str, int | None]:
@@ -162,7 +158,13 @@ def run_tool(name: str, args: dict[str, Any], tool_timeout: float) -> tuple[str,
 # ---------------------------------------------------------------- text protocol
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*")
 FENCE_RE = re.compile(r"```(?:bash|sh|shell)[ \t]*\n(.*?)```", re.DOTALL)
-ACTION_RE = re.compile(r"^[ \t]*ACTION:[ \t]*(\w+)[ \t]*(.*)$", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+ACTION_RE = re.compile(r"^[ \t]*ACTION:[ \t]*(\w+)[ \t]*:?(.*)$", re.IGNORECASE | re.MULTILINE | re.DOTALL)
+
+
+def unfence(block: str) -> str:
+    """``block`` without a fence (```lang ... ```) around all of it."""
+    inner = re.fullmatch(r"\s*```[\w-]*[ \t]*\n(.*?)\n?```\s*", block, re.DOTALL)
+    return inner.group(1) if inner else block
 
 
 def parse_text_action(text: str) -> tuple[str, dict[str, Any]] | None:
@@ -184,12 +186,10 @@ def parse_text_action(text: str) -> tuple[str, dict[str, Any]] | None:
     action = ACTION_RE.search(text)
     if action:
         name = action.group(1).lower()
-        block = re.split(r"^[ \t]*OBSERVATION:", action.group(2), maxsplit=1, flags=re.I | re.M)[0].strip()
-        inner = re.fullmatch(r"```[\w-]*[ \t]*\n(.*?)\n?```", block, re.DOTALL)
-        block = inner.group(1) if inner else block
+        block = unfence(re.split(r"^[ \t]*OBSERVATION:", action.group(2), maxsplit=1, flags=re.I | re.M)[0].strip())
         first, _, rest = block.partition("\n")
         args = {"bash": {"command": block}, "read_file": {"path": first.strip()},
-                "write_file": {"path": first.strip(), "content": rest}, "finish": {"summary": block}}
+                "write_file": {"path": first.strip(), "content": unfence(rest)}, "finish": {"summary": block}}
         found.append((action.start(), name, args.get(name, {})))
     return min(found, key=lambda f: f[0])[1:] if found else None
 

@@ -146,6 +146,8 @@ def test_text_fenced_bash_block_is_run(chat: FakeChat, tmp_path: Path) -> None:
     "Thought: write the file.\nACTION: write_file\na.txt\nx1",
     "ACTION: bash\nprintf x1 > a.txt\nOBSERVATION: (imagined by the model, not run)",
     "action: bash\n```sh\nprintf x1 > a.txt\n```",
+    "ACTION: write_file\na.txt\n```\nx1\n```\n",
+    "ACTION: bash: printf x1 > a.txt",
     # only the first action of a reply runs
     "```bash\nprintf x1 > a.txt\n```\nACTION: bash\nprintf x2 > a.txt\n<tool_call>{\"name\": \"bash\"}</tool_call>",
 ])
@@ -159,6 +161,7 @@ def test_other_text_protocol_forms(chat: FakeChat, tmp_path: Path, text: str) ->
     tools = [e for e in events if e["type"] == "tool"]
     assert len(tools) == 2 and tools[0]["mode"] == "text" and "result" in tools[0]
     assert "OBSERVATION" not in json.dumps(tools[0]["arguments"]) and "```" not in json.dumps(tools[0]["arguments"])
+    assert tools[0]["result"].startswith("exit_code: 0" if tools[0]["name"] == "bash" else "wrote 2 bytes")
 
 
 def test_history_is_append_only(chat: FakeChat, tmp_path: Path) -> None:
