@@ -211,11 +211,19 @@ class Sandbox(abc.ABC):
         sandbox = cls(spec, runtime if runtime is not None else cls.default_runtime(), log_dir)
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
-        try:
+        async def start() -> None:
             await sandbox._start()
             for path, content in spec.files.items():
                 await sandbox.write_file(path, content)
+
+        starting = asyncio.ensure_future(start())
+        try:
+            await asyncio.shield(starting)
         except BaseException:
+            # cancelled or failed: let a creation already under way in a worker thread finish, so that
+            # stop() finds and removes what it made instead of leaving an orphan
+            with contextlib.suppress(BaseException):
+                await starting
             with contextlib.suppress(Exception):
                 await asyncio.shield(sandbox.stop())
             raise
