@@ -20,7 +20,7 @@ from typing import Any
 if __package__ in (None, ""):  # loaded by path from mitmdump -s: make ``forge_cli`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy.layers.http import _http1
 
 from forge_cli.proxy import auth, wire
@@ -127,26 +127,26 @@ class ForgeProxy:
         if "forge_upstreams" in updated:
             urls = [u for u in opts.forge_upstreams.split(",") if u.strip()]
             if not urls:
-                raise ValueError("forge_upstreams: at least one policy server URL is required")
+                raise exceptions.OptionsError("forge_upstreams: at least one policy server URL is required")
             self.registry = Registry(urls)
         if "forge_max_output_tokens" in updated or "forge_model" in updated:
             if opts.forge_max_output_tokens < 0:
-                raise ValueError("forge_max_output_tokens must be >= 0")
+                raise exceptions.OptionsError("forge_max_output_tokens must be >= 0")
             self.limits = Limits(max_output_tokens=opts.forge_max_output_tokens, model=opts.forge_model)
         if "forge_max_header_kb" in updated:
             if opts.forge_max_header_kb <= 0:
-                raise ValueError("forge_max_header_kb must be > 0")
+                raise exceptions.OptionsError("forge_max_header_kb must be > 0")
             self.max_header_bytes = opts.forge_max_header_kb * 1024
         if "forge_upstream_timeout" in updated and opts.forge_upstream_timeout <= 0:
-            raise ValueError("forge_upstream_timeout must be > 0")
+            raise exceptions.OptionsError("forge_upstream_timeout must be > 0")
         if "forge_weight_version" in updated:
             self.registry.weight_version = opts.forge_weight_version
         if "forge_store" in updated or "forge_admin_token_file" in updated:
             if not opts.forge_store:
-                raise ValueError("forge_store: a trace store path is required")
+                raise exceptions.OptionsError("forge_store: a trace store path is required")
             token_file = Path(opts.forge_admin_token_file)
             if not opts.forge_admin_token_file or not token_file.is_file():
-                raise ValueError(f"forge_admin_token_file: no such file {opts.forge_admin_token_file!r}")
+                raise exceptions.OptionsError(f"forge_admin_token_file: no such file {opts.forge_admin_token_file!r}")
             if self.sink is None:
                 self.sink = RecordSink(opts.forge_store)
             self.control = Control(self.registry, self.sink, self.metrics, opts.forge_store,

@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mitmproxy import flow as mflow  # noqa: E402
-from mitmproxy import http  # noqa: E402
-from mitmproxy.test import taddons, tflow  # noqa: E402
+from mitmproxy import exceptions, http
+from mitmproxy import flow as mflow
+from mitmproxy.test import taddons, tflow
 
-from forge_cli.proxy.addon import ForgeProxy  # noqa: E402
-from tests.proxy import fake_upstream as fake  # noqa: E402
+from forge_cli.proxy.addon import ForgeProxy
+from tests.proxy import fake_upstream as fake
 
 
 def _flow(path: str, body: dict | bytes, key: str | None, ctype: str = "application/json") -> http.HTTPFlow:
@@ -161,9 +161,9 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(await self.rows(), [])
 
     async def test_options_are_validated(self) -> None:
-        with self.assertRaises(Exception):
+        with self.assertRaises(exceptions.OptionsError):
             self.tctx.configure(self.addon, forge_max_header_kb=0)
-        with self.assertRaises(Exception):
+        with self.assertRaises(exceptions.OptionsError):
             self.tctx.configure(self.addon, forge_upstreams="")
 
 

@@ -157,7 +157,8 @@ def test_pause_resume_and_weight_version(proxy: ProxyHandle, rollout: dict[str, 
 
 def test_control_api_needs_admin_token(proxy: ProxyHandle) -> None:
     assert httpx.get(proxy.url + "/forge/v1/rollouts", timeout=5).status_code == 401
-    assert httpx.get(proxy.url + "/forge/v1/rollouts", headers={"authorization": "Bearer x"}, timeout=5).status_code == 401
+    wrong = {"authorization": "Bearer x"}
+    assert httpx.get(proxy.url + "/forge/v1/rollouts", headers=wrong, timeout=5).status_code == 401
     assert httpx.get(proxy.url + "/forge/v1/health", timeout=5).json()["ok"] is True
 
 
