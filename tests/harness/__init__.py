@@ -1,0 +1,1 @@
+"""Harness bundles, adapters and recorded harness requests."""

@@ -1,0 +1,91 @@
+"""The recorded request bodies of the real harnesses (tests/fixtures/harness_requests/, made by
+scripts/record-harness-requests.py): each parses, matches its harness config, has its wire format's
+shape, and carries no key, host, port or machine path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from forge_cli.paths import configs_dir
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harness_requests"
+RECORDED = ["claude-code", "codex", "mini-swe-agent", "openclaw", "opencode", "pi", "qwen-code"]
+ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/responses",
+          "anthropic_messages": "/v1/messages"}
+CREDENTIAL = {"chat_completions": "authorization", "responses": "authorization", "anthropic_messages": "x-api-key"}
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def test_every_real_harness_is_recorded() -> None:
+    assert sorted(p.stem for p in FIXTURES.glob("*.json")) == RECORDED
+    assert (FIXTURES / "README.md").is_file()
+
+
+def _check_chat(body: dict[str, Any]) -> None:
+    assert body["messages"] and all(m["role"] in ("system", "developer", "user", "assistant", "tool")
+                                    for m in body["messages"])
+    assert body["messages"][-1]["role"] == "user"
+    for tool in body.get("tools", []):
+        assert tool["type"] == "function" and tool["function"]["name"]
+    if body.get("stream"):
+        assert body.get("stream_options", {}).get("include_usage") in (True, None)
+
+
+def _check_responses(body: dict[str, Any]) -> None:
+    assert body["stream"] is True and isinstance(body["input"], list) and body["input"]
+    assert any(item.get("role") == "user" for item in body["input"])
+    assert all(tool.get("type") for tool in body.get("tools", []))
+
+
+def _check_messages(body: dict[str, Any]) -> None:
+    assert body["stream"] is True and body["max_tokens"] > 0 and body["messages"][0]["role"] == "user"
+    system = body.get("system", [])
+    assert isinstance(system, str | list)
+    for tool in body.get("tools", []):
+        assert tool["name"] and "input_schema" in tool
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_fixture_shape(name: str) -> None:
+    fixture = load(name)
+    config = yaml.safe_load((configs_dir() / "harness" / f"{name}.yaml").read_text())
+    wire = config["wire_api"]
+    assert fixture["harness"] == name and fixture["wire_api"] == wire
+    assert fixture["package"] == f"{config['package']['name']}@{config['package']['version']}"
+    assert fixture["requests"][0]["body"] == fixture["body"] and fixture["requests"][0]["path"] == fixture["path"]
+    for request in fixture["requests"]:
+        assert request["method"] == "POST"
+        assert request["path"].split("?")[0].endswith(ROUTES[wire])
+        assert request["path"].startswith("/r/")  # the harness kept the rollout prefix of its base URL
+        assert request["credential_headers"] == [CREDENTIAL[wire]]
+        assert request["headers"]["content-type"].startswith("application/json")
+        body = request["body"]
+        assert body["model"] == "policy"
+        {"chat_completions": _check_chat, "responses": _check_responses, "anthropic_messages": _check_messages}[
+            wire](body)
+    # the task instruction reached the model in the harness's first call that carries tools
+    assert fixture["instruction"] in json.dumps(fixture["requests"][-1]["body"])
+
+
+def test_streaming_per_harness() -> None:
+    """mini-swe-agent is the one harness that does not stream (HARNESSES.md)."""
+    assert {name: bool(load(name)["body"].get("stream")) for name in RECORDED} == {
+        name: name != "mini-swe-agent" for name in RECORDED}
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_fixture_is_scrubbed(name: str) -> None:
+    text = (FIXTURES / f"{name}.json").read_text()
+    for leaked in ("forge-recording-key", "127.0.0.1", "forge-rec-", "/root/", "/work/main", "pytest-of-"):
+        assert leaked not in text, leaked
+    for request in load(name)["requests"]:
+        assert not {"authorization", "x-api-key", "cookie"} & set(request["headers"])
