@@ -182,12 +182,17 @@ class DockerSandbox(ContainerSandbox):
         frames that arrived in the same read as the response headers (seen under load: a fast command's
         whole output missing, exit code 0).
         """
+        from docker.utils.socket import frames_iter
+
         api = self.api
         response = api._post_json(api._url("/exec/{0}/start", exec_id), headers={"Connection": "Upgrade",
                                   "Upgrade": "tcp"}, data={"Tty": False, "Detach": False}, stream=True)
         try:
             api._raise_for_status(response)
-            reader = response.raw._fp.fp
+            reader = getattr(getattr(response.raw, "_fp", None), "fp", None)
+            if reader is None or not hasattr(reader, "raw"):  # transports without a buffered reader (ssh, npipe)
+                yield from frames_iter(api._get_raw_response_socket(response), tty=False)
+                return
             api._disable_socket_timeout(reader.raw)  # a command may be silent for longer than the API timeout
             while len(header := reader.read(8)) == 8:
                 size = int.from_bytes(header[4:8], "big")

@@ -140,6 +140,7 @@ class KubernetesSandbox(ContainerSandbox):
     kind = "kubernetes"
     # how long a Pod may take to be scheduled and start (image pulls included)
     START_TIMEOUT_S = 300.0
+    DELETE_TIMEOUT_S = 60.0
     POLL_S = 0.5
 
     def __init__(self, spec: Any, runtime: KubernetesRuntime, log_dir: Path | None = None) -> None:
@@ -202,9 +203,21 @@ class KubernetesSandbox(ContainerSandbox):
                     (self.log_dir / "container.log").write_text(str(logs))
             with contextlib.suppress(SandboxGone):
                 self._call(what, "delete_namespaced_pod", self.pod_name, self.namespace, grace_period_seconds=0)
+            self._wait_gone(what)
         if "networkpolicy" in self._created:
             with contextlib.suppress(SandboxGone):
                 self._call(what, "delete_namespaced_network_policy", self.pod_name, self.namespace, api="net")
+
+    def _wait_gone(self, what: str) -> None:
+        """Until the deleted Pod has left the API (a terminating Pod still counts as left behind)."""
+        limit = time.monotonic() + self.DELETE_TIMEOUT_S
+        while time.monotonic() < limit:
+            try:
+                self._call(what, "read_namespaced_pod", self.pod_name, self.namespace)
+            except SandboxGone:
+                return
+            time.sleep(self.POLL_S)
+        raise SandboxError(f"{what}: the pod was still terminating after {self.DELETE_TIMEOUT_S:.0f}s")
 
     @classmethod
     async def _cleanup(cls, run_id: str | None, runtime: Any) -> list[str]:
@@ -222,6 +235,11 @@ class KubernetesSandbox(ContainerSandbox):
                       grace_period_seconds=0)
             gate.call("deleting network policies", apis.net.delete_collection_namespaced_network_policy, ns,
                       label_selector=selector)
+            limit = time.monotonic() + cls.DELETE_TIMEOUT_S
+            while names and time.monotonic() < limit:
+                if not gate.call("listing sandboxes", apis.core.list_namespaced_pod, ns, label_selector=selector).items:
+                    break
+                time.sleep(cls.POLL_S)
         except Exception as error:
             raise _kube_error(f"cleaning up sandboxes in namespace {ns}", error) from error
         return names

@@ -107,6 +107,7 @@ def test_call_sequence(cluster: FakeCluster) -> None:
         ("exec", "write", "/work/out/ü.bin"),
         ("exec", "read", "/work/out/ü.bin"),
         ("delete_namespaced_pod", "forge-r0"),
+        ("read_namespaced_pod", "forge-r0"),  # 404: gone
         ("delete_namespaced_network_policy", "forge-r0"),
     ]
 
