@@ -1,0 +1,158 @@
+"""Capture proxy benchmark: direct vs bare reverse mitmdump vs forge's proxy with capture on.
+
+    .venv/bin/python benchmarks/proxy.py [--requests 3000,8000,9000] [--conns 1,16,64] [--json out.json]
+
+50 KB Chat Completions request bodies, non-streamed, against a fast local upstream (the fake vLLM in
+tests/proxy/fake_upstream.py, run as its own process). The client is one asyncio process with raw
+HTTP/1.1 keep-alive connections. Prints throughput and latency percentiles per setup and concurrency,
+the ratios the targets are about (forge >= 85% of bare mitmdump at 16 connections, <= 1.5 ms added p50
+over direct at 1 connection), and checks that every answered forge call is in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from forge_cli.proxy.launcher import free_port, mitmdump_path, start_proxy  # noqa: E402
+from tests.proxy.conftest import _wait_port  # noqa: E402
+
+BODY = json.dumps({"model": "m", "max_tokens": 16,
+                   "messages": [{"role": "system", "content": "You are a coding agent. " * 40},
+                                {"role": "user", "content": ("lorem ipsum dolor sit amet " * 1900)[:49000]}]}).encode()
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    lower = head.lower()
+    if b"content-length:" in lower:
+        length = int(lower.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        await reader.readexactly(length)
+    else:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    return status
+
+
+async def _worker(port: int, path: str, key: str, n: int, lat: list[float], bad: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {key}\r\ncontent-length: {len(BODY)}\r\n\r\n").encode()
+    request = head + BODY
+    for _ in range(n):
+        start = time.perf_counter()
+        writer.write(request)
+        status = await _read_response(reader)
+        lat.append(time.perf_counter() - start)
+        if status != 200:
+            bad.append(status)
+    writer.close()
+
+
+async def _run(port: int, path: str, key: str, conns: int, total: int) -> dict[str, Any]:
+    lat: list[float] = []
+    bad: list[int] = []
+    per = [total // conns + (1 if i < total % conns else 0) for i in range(conns)]
+    start = time.perf_counter()
+    await asyncio.gather(*(_worker(port, path, key, n, lat, bad) for n in per if n))
+    wall = time.perf_counter() - start
+    lat.sort()
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
+
+    return {"conns": conns, "requests": len(lat), "errors": len(bad), "rps": len(lat) / wall,
+            "p50_ms": pct(0.5), "p90_ms": pct(0.9), "p99_ms": pct(0.99), "mean_ms": statistics.fmean(lat) * 1000}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conns", default="1,16,64")
+    ap.add_argument("--requests", default="3000,8000,9000", help="requests per run, one per concurrency")
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    conns = [int(c) for c in args.conns.split(",")]
+    totals = [int(n) for n in args.requests.split(",")]
+    if len(totals) == 1:
+        totals *= len(conns)
+
+    tmp = Path(tempfile.mkdtemp(prefix="forge-proxy-bench-"))
+    up_port, bare_port = free_port(), free_port()
+    upstream = subprocess.Popen([sys.executable, str(ROOT / "tests/proxy/fake_upstream.py"), str(up_port)])
+    bare = subprocess.Popen([str(mitmdump_path()), "--mode", f"reverse:http://127.0.0.1:{up_port}@127.0.0.1:{bare_port}",
+                             "--set", "connection_strategy=lazy", "--set", "flow_detail=0",
+                             "--set", "termlog_verbosity=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    forge = start_proxy(f"http://127.0.0.1:{up_port}", store=tmp / "traces.sqlite", max_output_tokens=0)
+    results: dict[str, list[dict[str, Any]]] = {"direct": [], "mitmdump": [], "forge": []}
+    answered = 0
+    try:
+        _wait_port(up_port)
+        _wait_port(bare_port)
+        rollout = forge.register(task="benchmark")
+        forge_port = int(forge.url.rsplit(":", 1)[1])
+        setups = {"direct": (up_port, "/v1/chat/completions", "x"),
+                  "mitmdump": (bare_port, "/v1/chat/completions", "x"),
+                  "forge": (forge_port, f"/r/{rollout['rollout_id']}/v1/chat/completions", rollout["key"])}
+        for port, path, key in setups.values():  # warm up connections, caches, the writer
+            asyncio.run(_run(port, path, key, 4, args.warmup))
+        answered += args.warmup
+        for n_conns, total in zip(conns, totals, strict=True):
+            for name, (port, path, key) in setups.items():
+                res = asyncio.run(_run(port, path, key, n_conns, total))
+                results[name].append(res)
+                if name == "forge":
+                    answered += res["requests"] - res["errors"]
+                print(f"{name:<9} conns={n_conns:<3} {res['rps']:8.0f} req/s  p50 {res['p50_ms']:6.2f} ms  "
+                      f"p90 {res['p90_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}", flush=True)
+        forge.finish(rollout["rollout_id"])  # waits until the writer committed everything sent
+        conn = sqlite3.connect(tmp / "traces.sqlite")
+        stored = conn.execute("SELECT COUNT(*) FROM calls WHERE rollout_id = ? AND status = 'ok'",
+                              (rollout["rollout_id"],)).fetchone()[0]
+        with_ids = conn.execute("SELECT COUNT(*) FROM calls WHERE rollout_id = ? AND completion_tokens > 0",
+                                (rollout["rollout_id"],)).fetchone()[0]
+    finally:
+        forge.stop()
+        bare.terminate()
+        upstream.terminate()
+    print("\nratios")
+    summary: dict[str, Any] = {"results": results}
+    for i, n_conns in enumerate(conns):
+        f, b, d = results["forge"][i], results["mitmdump"][i], results["direct"][i]
+        ratio = f["rps"] / b["rps"]
+        added = f["p50_ms"] - d["p50_ms"]
+        summary[f"conns_{n_conns}"] = {"forge_over_mitmdump_rps": ratio, "added_p50_ms_vs_direct": added,
+                                       "mitmdump_added_p50_ms_vs_direct": b["p50_ms"] - d["p50_ms"]}
+        print(f"  conns={n_conns:<3} forge/mitmdump throughput {ratio:6.1%}   forge added p50 vs direct "
+              f"{added:5.2f} ms (bare mitmdump adds {b['p50_ms'] - d['p50_ms']:5.2f} ms)")
+    lost = answered - stored
+    summary.update({"answered": answered, "stored": stored, "stored_with_token_ids": with_ids, "lost": lost})
+    print(f"  records: {answered} answered, {stored} stored ok ({with_ids} with token ids), lost {lost}")
+    t16 = summary.get("conns_16", {}).get("forge_over_mitmdump_rps")
+    t1 = summary.get("conns_1", {}).get("added_p50_ms_vs_direct")
+    print(f"\ntargets: forge >= 85% of mitmdump at 16 conns: {'met' if t16 and t16 >= 0.85 else 'NOT met'}; "
+          f"<= 1.5 ms added p50 at 1 conn: {'met' if t1 is not None and t1 <= 1.5 else 'NOT met'}; "
+          f"zero lost records: {'met' if lost == 0 else 'NOT met'}")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0 if lost == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
