@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from forge_cli.cli.common import ConfigDir, JsonFlag, Overrides, load
-from forge_cli.errors import UserError
 
 
 def rollout(
@@ -25,8 +24,15 @@ def rollout(
     """
     composed = load(overrides, config_dir)
     if not dry_run:
-        raise UserError("running rollouts for real is not available in this version of forge yet",
-                        fix="use `forge rollout --dry-run ...` to see the plan")
+        from forge_cli.rollout.run import execute
+
+        summary = execute(composed.experiment, composed.experiment.model_dump(mode="json"), quiet=as_json)
+        if as_json:
+            typer.echo(json.dumps(summary, indent=2))
+        else:
+            typer.echo(f"run {summary['run_id']}: {summary['status']} mean reward {summary['mean_reward']}, "
+                       f"{summary['calls']} calls; results in {summary['run_dir']}")
+        return
     from forge_cli.rollout.plan import build_plan
 
     plan = build_plan(composed.experiment)

@@ -107,7 +107,8 @@ def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
             continue
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(cfg, parent, throw_on_missing=False)
-        exists = node is not None and OmegaConf.is_dict(node) and leaf in list(node.keys())
+        # `in` on a DictConfig is False for keys whose value is ??? (missing); keys() lists them too
+        exists = node is not None and OmegaConf.is_dict(node) and leaf in node.keys()  # noqa: SIM118
         if exists and parsed.is_add():
             out.append(text.lstrip("+"))  # `+key=value` on a key that exists: set it, as users mean
         elif exists or parsed.is_add() or parsed.is_force_add():
@@ -115,7 +116,8 @@ def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
         else:
             near = []
             if node is not None and OmegaConf.is_dict(node):
-                near = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=1, cutoff=0.6)
+                keys = [str(k) for k in node.keys()]  # noqa: SIM118
+                near = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.6)
             hint = f"did you mean '{parent}.{near[0]}'? " if near else ""
             problems.append(f"{key}: no such setting; {hint}(`forge config show` lists them)")
     return problems, out

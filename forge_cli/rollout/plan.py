@@ -20,7 +20,7 @@ from forge_cli.harness.adapter import Invocation, RolloutContext, prepare
 from forge_cli.harness.bundle_paths import bundle_dir, is_installed
 from forge_cli.runtime.docker_spec import docker_run_command
 from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
-from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec
+from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec, label_value
 
 MASKED_KEY = "fk-****masked****"
 SECRET_NAME = re.compile(r"(^|_)(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
@@ -101,30 +101,25 @@ def proxy_endpoint(exp: Experiment) -> ProxyEndpoint:
 
 
 def sandbox_paths(exp: Experiment) -> tuple[str, str, str]:
-    """(workdir, home, bundle path) as the harness sees them inside the sandbox."""
+    """(workdir, home, bundle path) as the harness sees them inside the sandbox (local: placeholders)."""
     if isinstance(exp.runtime, LocalRuntime):
-        bundle = exp.harness.binary_path if exp.harness.package.manager == "binary" else None
-        return (f"{LOCAL_SANDBOX}/work", f"{LOCAL_SANDBOX}/home",
-                str(bundle_dir(exp.harness)) if bundle is None else bundle.rsplit("/", 1)[0])
+        return f"{LOCAL_SANDBOX}/work", f"{LOCAL_SANDBOX}/home", str(bundle_dir(exp.harness))
     return exp.runtime.workdir, CONTAINER_HOME, exp.runtime.bundle_mount
 
 
-def build_spec(exp: Experiment, run_id: str, rid: str, task: Task, inv: Invocation) -> SandboxSpec:
-    bundle_host = None
-    if exp.harness.package.manager == "binary":
-        bundle_host = exp.harness.binary_path.rsplit("/", 1)[0] if exp.harness.binary_path else None
-    else:
-        bundle_host = str(bundle_dir(exp.harness))
+def build_spec(exp: Experiment, run_id: str, rid: str, task: Task, env: dict[str, str],
+               files: dict[str, str]) -> SandboxSpec:
+    """The sandbox of one rollout: the env's image, the task's files, the harness bundle read-only."""
     network = "host"
     if isinstance(exp.runtime, KubernetesRuntime):
         network = "proxy-only"
     elif not isinstance(exp.runtime, LocalRuntime):
         network = exp.runtime.network
     return SandboxSpec(
-        run_id=run_id, rollout_id=rid, image=task.image or exp.env.image, workdir=sandbox_paths(exp)[0],
-        env=inv.env, files={**task.files, **inv.files}, resources=exp.runtime.resources, network=network,
-        proxy=proxy_endpoint(exp), timeout_s=exp.rollout.timeout_s, bundle_host_path=bundle_host,
-        bundle_mount=exp.runtime.bundle_mount, labels={"forge.task": task.id[:63]},
+        run_id=run_id, rollout_id=rid, image=task.image or exp.env.image, workdir=exp.runtime.workdir,
+        env=env, files={**task.files, **files}, resources=exp.runtime.resources, network=network,
+        proxy=proxy_endpoint(exp), timeout_s=exp.rollout.timeout_s, bundle_host_path=str(bundle_dir(exp.harness)),
+        bundle_mount=exp.runtime.bundle_mount, labels={"forge.task": label_value(task.id)},
     )
 
 
@@ -158,10 +153,10 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
         warnings.append(f"task source '{exp.env.name}' is not available: {taskset.note}; "
                         "the plan shows a placeholder task")
     harness = exp.harness
-    if harness.package.manager == "binary" and not harness.binary_path:
+    if harness.package.manager == "binary" and not harness.binary_path and not is_installed(harness):
         warnings.append(f"harness.binary_path is not set: {harness.name} is not on npm or PyPI; "
                         f"set harness.binary_path=/path/to/{harness.entrypoint}")
-    elif harness.package.manager not in ("binary", "builtin") and not is_installed(harness):
+    elif harness.package.manager != "builtin" and not is_installed(harness):
         warnings.append(f"harness bundle '{harness.name}' is not installed yet "
                         f"(forge harness install {harness.name})")
     rollouts: list[RolloutPlan] = []
@@ -173,7 +168,7 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
             ctx = RolloutContext(rollout_id=rid, proxy_url=endpoint.url, api_key=MASKED_KEY,
                                  instruction=task.instruction, workdir=workdir, home=home, bundle=bundle)
             inv = prepare(harness, exp.model, ctx)
-            spec = build_spec(exp, run_id, rid, task, inv)
+            spec = build_spec(exp, run_id, rid, task, inv.env, inv.files)
             shown = SandboxSpec(**{**spec.__dict__, "env": mask_env(spec.env)})
             rollouts.append(RolloutPlan(
                 rollout_id=rid, task_id=task.id, group_id=task.id, instruction=task.instruction,
@@ -181,8 +176,7 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
                 sandbox=describe_sandbox(exp, shown, inv),
                 bundle={"host_path": shown.bundle_host_path, "mounted_at": bundle,
                         "package": f"{harness.package.manager}:{harness.package.name}@{harness.package.version}",
-                        "installed": harness.package.manager == "builtin" or is_installed(harness)
-                        or bool(harness.binary_path)},
+                        "installed": harness.package.manager == "builtin" or is_installed(harness)},
                 config_files=inv.files, command=inv.argv, command_line=shlex.join(inv.argv),
                 env=mask_env(inv.env),
                 timeouts={"rollout_s": exp.rollout.timeout_s, "harness_s": inv.timeout_s,

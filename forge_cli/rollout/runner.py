@@ -1,0 +1,151 @@
+"""Run one rollout: sandbox → task setup → harness through the proxy → verifier → RolloutResult."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from forge_cli.config.schema import Experiment, LocalRuntime
+from forge_cli.envs.task import Task
+from forge_cli.harness.adapter import RolloutContext, prepare
+from forge_cli.rollout.plan import CONTAINER_HOME, build_spec
+from forge_cli.rollout.result import RolloutResult, Status
+from forge_cli.runtime.base import ExecResult, Sandbox, SandboxError, Stream
+from forge_cli.runtime.registry import create_sandbox
+from forge_cli.runtime.spec import ProxyEndpoint
+
+TAIL = 2000
+
+
+class Proxy(Protocol):
+    """What a rollout needs from the capture proxy (forge_cli.proxy.launcher.ProxyHandle)."""
+
+    def register(self, rollout_id: str | None = None, **info: object) -> dict[str, object]: ...
+    def finish(self, rollout_id: str, status: str = "finished") -> dict[str, object]: ...
+    def calls(self, rollout_id: str) -> list[dict[str, object]]: ...
+
+
+@dataclass(frozen=True)
+class RolloutJob:
+    rollout_id: str
+    task: Task
+    sample: int
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every rollout of a run shares."""
+
+    exp: Experiment
+    run_id: str
+    run_dir: Path
+    proxy: Proxy
+    # the proxy as sandboxes reach it
+    endpoint: ProxyEndpoint
+
+
+def _tail(text: str) -> str:
+    return text[-TAIL:]
+
+
+def harness_status(exp: Experiment, result: ExecResult) -> Status:
+    """Map how the harness process ended to a rollout status (its exit_codes table, else agent_error)."""
+    if result.timed_out:
+        return "timeout"
+    return exp.harness.exit_codes.get(result.exit_code if result.exit_code is not None else -1, "agent_error")
+
+
+def _sandbox_paths(exp: Experiment, sandbox: Sandbox) -> tuple[str, str, str]:
+    """(workdir, home, bundle) as the harness sees them in this sandbox."""
+    if isinstance(exp.runtime, LocalRuntime):
+        return sandbox.workdir, sandbox.resolve("/root"), str(sandbox.spec.bundle_host_path)
+    return exp.runtime.workdir, CONTAINER_HOME, exp.runtime.bundle_mount
+
+
+class _LogWriter:
+    """Harness stdout/stderr streamed to files as it arrives (kept even if forge crashes)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.files = {s: (directory / f"harness.{s}").open("ab") for s in ("stdout", "stderr")}
+
+    def __call__(self, stream: Stream, chunk: bytes) -> None:
+        self.files[stream].write(chunk)
+        self.files[stream].flush()
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+
+async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
+    """Run one rollout to a result; never raises for anything the harness or sandbox does."""
+    exp, task = ctx.exp, job.task
+    log_dir = ctx.run_dir / "rollouts" / job.rollout_id
+    result = RolloutResult(rollout_id=job.rollout_id, task_id=task.id, group_id=task.id, harness=exp.harness.name,
+                           status="infra_error", logs=str(log_dir))
+    started = time.monotonic()
+    sandbox: Sandbox | None = None
+    registered = False
+    try:
+        info = await asyncio.to_thread(ctx.proxy.register, job.rollout_id, task=task.id, group_id=task.id,
+                                       harness=exp.harness.name, meta={"sample": job.sample, "run": ctx.run_id})
+        registered = True
+        spec = build_spec(exp, ctx.run_id, job.rollout_id, task, env={}, files={})
+        sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)
+        workdir, home, bundle = _sandbox_paths(exp, sandbox)
+        invocation = prepare(exp.harness, exp.model, RolloutContext(
+            rollout_id=job.rollout_id, proxy_url=ctx.endpoint.url, api_key=str(info["key"]),
+            instruction=task.instruction, workdir=workdir, home=home, bundle=bundle))
+        await sandbox.exec(["mkdir", "-p", home], timeout=30)
+        for path, content in invocation.files.items():
+            await sandbox.write_file(path, content)
+        for command in task.setup:
+            setup = await sandbox.exec(["bash", "-c", command], timeout=exp.env.verifier_timeout_s)
+            if not setup.ok:
+                raise SandboxError(f"task setup `{command}` failed (exit {setup.exit_code}): {_tail(setup.stderr)}")
+        result.durations["setup"] = round(time.monotonic() - started, 3)
+
+        phase = time.monotonic()
+        writer = _LogWriter(log_dir)
+        try:
+            run = await sandbox.exec(invocation.argv, timeout=invocation.timeout_s, env=invocation.env,
+                                     on_output=writer, output_limit=1 << 20)
+        finally:
+            writer.close()
+        result.durations["harness"] = round(time.monotonic() - phase, 3)
+        result.exit_code = run.exit_code
+        result.status = harness_status(exp, run)
+        if result.status != "ok":
+            result.error = _tail(run.stderr) or _tail(run.stdout) or f"exit code {run.exit_code}"
+
+        if task.verify:
+            phase = time.monotonic()
+            check = await sandbox.exec(["bash", "-c", task.verify], timeout=exp.env.verifier_timeout_s)
+            result.durations["verify"] = round(time.monotonic() - phase, 3)
+            result.reward = 1.0 if check.ok else 0.0
+            result.verifier = {"command": task.verify, "exit_code": check.exit_code, "timed_out": check.timed_out,
+                               "stdout": _tail(check.stdout), "stderr": _tail(check.stderr)}
+    except SandboxError as error:
+        result.status = error.status
+        result.error = error.message
+    except Exception as error:  # a service failed (proxy control API, sandbox backend): recorded, run goes on
+        result.status = "infra_error"
+        result.error = f"{type(error).__name__}: {error}"
+    finally:
+        if sandbox is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(sandbox.stop())
+        if registered:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(ctx.proxy.finish, job.rollout_id, result.status)
+                calls = await asyncio.to_thread(ctx.proxy.calls, job.rollout_id)
+                result.calls = len(calls)
+                result.prompt_tokens = sum(int(str(c.get("prompt_tokens") or 0)) for c in calls)
+                result.completion_tokens = sum(int(str(c.get("completion_tokens") or 0)) for c in calls)
+        result.durations["total"] = round(time.monotonic() - started, 3)
+    return result

@@ -1,0 +1,76 @@
+"""The services a run needs: the policy server (started unless one is given) and the capture proxy."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from forge_cli.config.schema import Experiment, KubernetesRuntime, OpenAICompatibleModel
+from forge_cli.errors import UserError
+from forge_cli.runtime.spec import ProxyEndpoint
+
+Log = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def policy_server(exp: Experiment, log: Log) -> Iterator[str]:
+    """The upstream URL: ``proxy.upstream``, the external endpoint, a healthy server already on the
+    model's port, or a vLLM server started here (and stopped on exit)."""
+    from forge_cli.serve.server import health, start_server
+
+    if exp.proxy.upstream:
+        yield exp.proxy.upstream
+        return
+    model = exp.model
+    if isinstance(model, OpenAICompatibleModel):
+        yield model.base_url.removesuffix("/v1").rstrip("/")
+        return
+    existing = f"http://{model.host}:{model.port}"
+    if model.port and health(existing):
+        log(f"using the policy server already running at {existing}")
+        yield existing
+        return
+    log(f"starting the policy server ({model.source}) ...")
+    server = start_server(model, port=0, log=log)
+    try:
+        log(f"policy server ready at {server.url}")
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def capture_proxy(exp: Experiment, upstream: str, store: Path) -> Iterator[tuple[Any, ProxyEndpoint]]:
+    """The capture proxy recording into ``store`` and the endpoint sandboxes use to reach it."""
+    from forge_cli.proxy.launcher import free_port, start_proxy
+
+    port = exp.proxy.port
+    if port and not _port_free(exp.proxy.host, port):
+        raise UserError(f"proxy port {port} on {exp.proxy.host} is in use",
+                        fix="stop what uses it, or pick another: proxy.port=0 (any free port) or proxy.port=N")
+    handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
+                         max_body_mb=exp.proxy.max_body_mb, max_output_tokens=exp.model.max_output_tokens,
+                         model=exp.model.served_name)
+    try:
+        if not handle.alive():
+            raise UserError(f"the capture proxy did not start; see {handle.log_file}")
+        rt = exp.runtime
+        port_used = int(handle.url.rsplit(":", 1)[1])
+        endpoint = (ProxyEndpoint(f"{rt.proxy_service}.{rt.namespace}.svc", rt.proxy_port)
+                    if isinstance(rt, KubernetesRuntime) else ProxyEndpoint(exp.proxy.advertise_host, port_used))
+        yield handle, endpoint
+    finally:
+        handle.stop()
+
+
+def _port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
