@@ -29,6 +29,8 @@ app.command("rollout")(rollout_cmd.rollout)
 app.command("doctor")(doctor_cmd.doctor)
 app.command("proxy")(__import__("forge_cli.cli.proxy_cmd", fromlist=["proxy"]).proxy)
 app.add_typer(__import__("forge_cli.cli.traces_cmd", fromlist=["app"]).app, name="traces")
+app.command("serve")(__import__("forge_cli.cli.serve_cmd", fromlist=["serve"]).serve)
+app.add_typer(__import__("forge_cli.cli.model_cmd", fromlist=["app"]).app, name="model")
 
 
 def _version(value: bool) -> None:

@@ -271,14 +271,14 @@ def start_server(model: ModelConfig, port: int | None = None, *, log_path: Path 
     if model.host != LOOPBACK:
         raise UserError(f"model.host={model.host}: forge binds its policy servers to {LOOPBACK} only",
                         fix=f"set model.host={LOOPBACK}")
-    prepared = resolve_model(model, log=log)
-    if model_path is not None and not (Path(model_path) / "config.json").is_file():
-        raise UserError(f"{model_path} is not a Hugging Face model directory (no config.json in it)")
     chosen = model.port if port is None else port
     if chosen == 0:
         chosen = free_port(model.host)
     else:
         check_port_free(model.host, chosen)
+    prepared = resolve_model(model, log=log)
+    if model_path is not None and not (Path(model_path) / "config.json").is_file():
+        raise UserError(f"{model_path} is not a Hugging Face model directory (no config.json in it)")
     launch = build_launch(model, prepared, chosen, Path(model_path) if model_path else None)
     return spawn(launch, prepared, log_path=log_path, wait=wait, timeout=timeout, detach=detach, log=log)
 
