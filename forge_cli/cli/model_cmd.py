@@ -36,9 +36,13 @@ def prepare(
     if isinstance(model, OpenAICompatibleModel):
         raise UserError("model=openai-compatible is an external endpoint: there is nothing to prepare")
     with console.status("preparing the model", spinner="dots") as status:
+
+        def say(message: str) -> None:
+            status.update(message)
+            console.print(message, markup=False)
+
         if isinstance(model, SmolModel):
-            prepared = prepare_default_model(model.package, force=force, verify=True,
-                                             log=lambda m: (status.update(m), console.print(m, markup=False)))
+            prepared = prepare_default_model(model.package, force=force, verify=True, log=say)
         else:
             prepared = resolve_model(model)
     info = {"path": str(prepared.path), "chat_template": str(prepared.chat_template or ""),
