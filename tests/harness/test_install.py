@@ -74,7 +74,7 @@ def test_bundle_layout_and_manifest(forge_home: Path, bundle_manifest: dict[str,
     assert artifact["package"] == QWEN["package"]["name"] and artifact["integrity"].startswith("sha512-")
     for rel, digest in m["key_files"].items():
         assert sha256_file(bundle / rel) == digest, rel
-    assert {entry, "node/bin/node"} <= set(m["key_files"])
+    assert {entry, "node/bin/node", "node/lib/libatomic.so.1"} <= set(m["key_files"])
     files, size = tree_stats(bundle)
     assert (m["file_count"], m["size_bytes"]) == (files, size - (bundle / "manifest.json").stat().st_size)
     assert os.listdir(bundle / "bin") == [QWEN["entrypoint"]]
@@ -111,6 +111,23 @@ def test_bundle_runs_from_another_path(forge_home: Path, bundle_manifest: dict[s
         for path in mounted.rglob("*"):
             if not path.is_symlink():
                 path.chmod(path.stat().st_mode | 0o200)
+
+
+@pytest.mark.docker
+def test_bundle_runs_read_only_in_a_container(forge_home: Path, bundle_manifest: dict[str, Any]) -> None:
+    """The design's point: any image, the bundle bind-mounted read-only at /opt/forge/harness."""
+    docker = shutil.which("docker")
+    image = "forge-base:bookworm"
+    if docker is None or subprocess.run([docker, "image", "inspect", image], capture_output=True,
+                                        check=False).returncode != 0:
+        pytest.skip(f"needs a running dockerd and the {image} image (scripts/setup.sh docker)")
+    bundle = forge_home / "harnesses" / NAME
+    result = subprocess.run(
+        [docker, "run", "--rm", "--network", "none", "--read-only", "-e", "HOME=/tmp",
+         "-v", f"{bundle}:/opt/forge/harness:ro", image, f"/opt/forge/harness/bin/{QWEN['entrypoint']}", "--version"],
+        capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == QWEN["package"]["version"]
 
 
 def test_second_install_is_a_no_op(forge_home: Path, bundle_manifest: dict[str, Any]) -> None:
