@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -117,20 +118,36 @@ class LocalSandbox(Sandbox):
     def workdir(self) -> str:
         return str(self.work)
 
+    def _mapping(self) -> list[tuple[str, Path]]:
+        """Sandbox paths the spec names → this sandbox's directories on the host."""
+        mapping = [(self.spec.workdir, self.work), ("/root", self.home)]
+        if self.spec.env.get("HOME", "/").rstrip("/"):
+            mapping.append((self.spec.env["HOME"].rstrip("/"), self.home))
+        if self.spec.bundle_host_path:
+            mapping.append((self.spec.bundle_mount, Path(self.spec.bundle_host_path)))
+        return mapping
+
     def resolve(self, path: str) -> str:
         pure = PurePosixPath(path)
         if not pure.is_absolute():
             return str(self.work / pure)
-        mapping = [(self.spec.workdir, self.work), ("/root", self.home)]
-        if self.spec.bundle_host_path:
-            mapping.append((self.spec.bundle_mount, Path(self.spec.bundle_host_path)))
-        for prefix, target in mapping:
+        for prefix, target in self._mapping():
             with contextlib.suppress(ValueError):
                 return str(target / pure.relative_to(prefix))
         return str(pure)
 
+    def localize(self, text: str) -> str:
+        """``text`` with the spec's sandbox paths (workdir, HOME, bundle mount) as this sandbox's host paths,
+        wherever one starts a path: in argv, and in env values such as PATH=/opt/forge/harness/bin:..."""
+        for prefix, target in self._mapping():
+            if prefix.rstrip("/"):
+                pattern = rf"(?<![\w./-]){re.escape(prefix.rstrip('/'))}(?=/|:|$|\s)"
+                text = re.sub(pattern, str(target).replace("\\", r"\\"), text)
+        return text
+
     def environment(self, extra: dict[str, str]) -> dict[str, str]:
-        env = {"PATH": DEFAULT_PATH, "HOME": str(self.home), **self.spec.env, **extra}
+        env = {"PATH": DEFAULT_PATH, **self.spec.env, **extra}
+        env = {name: self.localize(value) for name, value in env.items()}
         env["HOME"] = str(self.home)
         return env
 
@@ -149,8 +166,9 @@ class LocalSandbox(Sandbox):
             return _FailedStart(126, f"cd: {cwd}: No such file or directory\n")
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd, env=self.environment(env), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                *[self.localize(arg) for arg in argv], cwd=cwd, env=self.environment(env),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True)
         except FileNotFoundError:
             return _FailedStart(127, f"{argv[0]}: not found\n")
         except PermissionError:

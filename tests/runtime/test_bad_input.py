@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -36,3 +38,26 @@ def test_missing_bundle() -> None:
     spec = SandboxSpec(run_id="bad", rollout_id="b1", image="-", workdir="/work", bundle_host_path="/nonexistent/b")
     with pytest.raises(SandboxConfigError, match="harness bundle /nonexistent/b does not exist"):
         run(LocalSandbox.create(spec))
+
+
+def test_local_maps_the_specs_sandbox_paths(tmp_path: Path) -> None:
+    """A spec written for containers (workdir, HOME, bundle mount in argv and env) runs on local as is."""
+    bundle = tmp_path / "bundle"
+    (bundle / "bin").mkdir(parents=True)
+    (bundle / "bin" / "tool").write_text("#!/bin/sh\necho tool in $PWD home $HOME cfg $TOOL_CFG\n")
+    (bundle / "bin" / "tool").chmod(0o755)
+    spec = SandboxSpec(run_id="map", rollout_id="m1", image="-", workdir="/work", bundle_host_path=str(bundle),
+                       env={"HOME": "/tmp/forge-home", "PATH": "/opt/forge/harness/bin:/usr/bin:/bin",
+                            "TOOL_CFG": "/tmp/forge-home/.tool/cfg.json"})
+
+    async def body() -> tuple[str, str, str, str]:
+        async with await LocalSandbox.create(spec) as sb:
+            by_path = await sb.exec(["tool"])
+            by_mount = await sb.exec(["/opt/forge/harness/bin/tool"], cwd="/work")
+            await sb.write_file("/tmp/forge-home/.tool/cfg.json", "{}")
+            return by_path.stdout, by_mount.stdout, str(sb.home), str(sb.work)
+
+    by_path, by_mount, home, work = run(body())
+    assert by_path == by_mount
+    assert by_path.startswith("tool in ") and f"home {home} cfg {home}/.tool/cfg.json" in by_path
+    assert by_path.split()[2] == work
