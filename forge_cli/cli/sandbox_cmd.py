@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Annotated
 
@@ -27,6 +26,8 @@ def cleanup(
     as_json: JsonFlag = False,
 ) -> None:
     """Remove sandboxes labelled with RUN (forge.run=RUN): containers, pods, network policies, temp dirs."""
+    import asyncio
+
     from forge_cli.cli.runtime_common import load_runtime
     from forge_cli.errors import UserError
     from forge_cli.runtime.base import SandboxUnavailable
