@@ -3,9 +3,16 @@
 - local always runs;
 - docker runs against the real daemon (marker ``docker``); the session fixture starts dockerd with
   scripts/dockerd.sh when none answers and builds forge-base:bookworm with scripts/base-image.sh;
-- kubernetes runs when ``KUBECONFIG`` points at a cluster (e.g. ``kind create cluster`` then
-  ``kind load docker-image forge-base:bookworm``), in namespace ``$FORGE_TEST_NAMESPACE`` (default
-  forge, created with ``forge k8s manifests | kubectl apply -f -``); otherwise skipped with that reason.
+- kubernetes runs when ``KUBECONFIG`` points at a cluster, otherwise it is skipped with that reason.
+  With kind, on a machine that has it::
+
+      kind create cluster --name forge
+      kind load docker-image forge-base:bookworm --name forge
+      .venv/bin/forge k8s manifests | kubectl apply -f -     # namespace, service accounts, RBAC, proxy
+      KUBECONFIG=$HOME/.kube/config .venv/bin/pytest tests/runtime -k kubernetes
+
+  ``FORGE_TEST_NAMESPACE`` (default forge) and ``FORGE_TEST_IMAGE`` (default forge-base:bookworm)
+  select where and from what. NetworkPolicies are enforced only by a CNI that implements them.
 """
 
 from __future__ import annotations
