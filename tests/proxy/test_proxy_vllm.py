@@ -67,9 +67,10 @@ def _messages(client: anthropic.Anthropic, model: str, stream: bool, tools: bool
     kw: dict[str, Any] = {"tools": [AN_TOOL]} if tools else {}
     msgs = [{"role": "user", "content": TOOL_ASK if tools else ASK}]
     if not stream:
-        msg = client.messages.create(model=model, max_tokens=MAX, messages=msgs, temperature=0, **kw)  # type: ignore[arg-type]
+        msg = client.messages.create(model=model, max_tokens=MAX, messages=msgs, extra_body={"temperature": 0}, **kw)  # type: ignore[arg-type]
     else:
-        with client.messages.stream(model=model, max_tokens=MAX, messages=msgs, temperature=0, **kw) as s:  # type: ignore[arg-type]
+        with client.messages.stream(model=model, max_tokens=MAX, messages=msgs, extra_body={"temperature": 0},
+                                    **kw) as s:  # type: ignore[arg-type]
             msg = s.get_final_message()
     return "".join(getattr(b, "text", "") or str(getattr(b, "input", "")) for b in msg.content)
 
