@@ -147,15 +147,20 @@ def prepare_default_model(
     return PreparedModel(target, template, converted=True)
 
 
-def resolve_model(model: SmolModel | VllmModel, log: Callable[[str], None] | None = None) -> PreparedModel:
-    """The directory and chat template to serve for ``model``, preparing the default model if needed."""
-    explicit = Path(model.chat_template).expanduser() if model.chat_template else None
-    if explicit is not None and not explicit.is_file():
+def check_model(model: SmolModel | VllmModel) -> None:
+    """Cheap checks (no conversion) that raise a UserError for what the user must fix first."""
+    if model.chat_template and not Path(model.chat_template).expanduser().is_file():
         raise UserError(f"model.chat_template={model.chat_template}: no such file",
                         fix="point model.chat_template at a Jinja chat template, or set it to null")
     if isinstance(model, SmolModel):
-        prepared = prepare_default_model(model.package, log=log)
-        return PreparedModel(prepared.path, explicit or prepared.chat_template, prepared.converted)
+        if not _manifest_ok(default_model_dir(), full=False):
+            vllm_python()
+            find_gguf(model.package)
+        return
+    _model_dir(model)
+
+
+def _model_dir(model: VllmModel) -> Path:
     path = Path(model.path).expanduser()
     if not path.exists():
         raise UserError(f"model.path={model.path}: no such directory",
@@ -163,4 +168,14 @@ def resolve_model(model: SmolModel | VllmModel, log: Callable[[str], None] | Non
     if not (path / "config.json").is_file():
         raise UserError(f"model.path={model.path} is not a Hugging Face model directory (no config.json in it)",
                         fix="set model.path to a directory holding config.json and *.safetensors")
-    return PreparedModel(path.resolve(), explicit)
+    return path.resolve()
+
+
+def resolve_model(model: SmolModel | VllmModel, log: Callable[[str], None] | None = None) -> PreparedModel:
+    """The directory and chat template to serve for ``model``, preparing the default model if needed."""
+    check_model(model)
+    explicit = Path(model.chat_template).expanduser() if model.chat_template else None
+    if isinstance(model, SmolModel):
+        prepared = prepare_default_model(model.package, log=log)
+        return PreparedModel(prepared.path, explicit or prepared.chat_template, prepared.converted)
+    return PreparedModel(_model_dir(model), explicit)

@@ -27,7 +27,7 @@ from types import TracebackType
 from forge_cli.config.schema import ModelConfig, OpenAICompatibleModel, SmolModel, VllmModel
 from forge_cli.errors import UserError
 from forge_cli.paths import forge_home
-from forge_cli.serve.prepare import PreparedModel, resolve_model, vllm_python
+from forge_cli.serve.prepare import PreparedModel, check_model, resolve_model, vllm_python
 
 LOOPBACK = "127.0.0.1"
 Log = Callable[[str], None]
@@ -271,6 +271,7 @@ def start_server(model: ModelConfig, port: int | None = None, *, log_path: Path 
     if model.host != LOOPBACK:
         raise UserError(f"model.host={model.host}: forge binds its policy servers to {LOOPBACK} only",
                         fix=f"set model.host={LOOPBACK}")
+    check_model(model)
     chosen = model.port if port is None else port
     if chosen == 0:
         chosen = free_port(model.host)
