@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from forge_cli.config.schema import Experiment, LocalRuntime
+from forge_cli.config.schema import Experiment
 from forge_cli.envs.task import Task
 from forge_cli.harness.adapter import RolloutContext, prepare
 from forge_cli.rollout.plan import CONTAINER_HOME, build_spec
@@ -59,13 +59,6 @@ def harness_status(exp: Experiment, result: ExecResult) -> Status:
     return exp.harness.exit_codes.get(result.exit_code if result.exit_code is not None else -1, "agent_error")
 
 
-def _sandbox_paths(exp: Experiment, sandbox: Sandbox) -> tuple[str, str, str]:
-    """(workdir, home, bundle) as the harness sees them in this sandbox."""
-    if isinstance(exp.runtime, LocalRuntime):
-        return sandbox.workdir, sandbox.resolve("/root"), str(sandbox.spec.bundle_host_path)
-    return exp.runtime.workdir, CONTAINER_HOME, exp.runtime.bundle_mount
-
-
 class _LogWriter:
     """Harness stdout/stderr streamed to files as it arrives (kept even if forge crashes)."""
 
@@ -95,15 +88,14 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         info = await asyncio.to_thread(ctx.proxy.register, job.rollout_id, task=task.id, group_id=task.id,
                                        harness=exp.harness.name, meta={"sample": job.sample, "run": ctx.run_id})
         registered = True
-        spec = build_spec(exp, ctx.run_id, job.rollout_id, task, env={}, files={})
-        sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)
-        workdir, home, bundle = _sandbox_paths(exp, sandbox)
+        # sandbox paths as in a container; the local backend maps them to its own directories
         invocation = prepare(exp.harness, exp.model, RolloutContext(
             rollout_id=job.rollout_id, proxy_url=ctx.endpoint.url, api_key=str(info["key"]),
-            instruction=task.instruction, workdir=workdir, home=home, bundle=bundle))
-        await sandbox.exec(["mkdir", "-p", home], timeout=30)
-        for path, content in invocation.files.items():
-            await sandbox.write_file(path, content)
+            instruction=task.instruction, workdir=exp.runtime.workdir, home=CONTAINER_HOME,
+            bundle=exp.runtime.bundle_mount))
+        spec = build_spec(exp, ctx.run_id, job.rollout_id, task, invocation.env, invocation.files)
+        sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)
+        await sandbox.exec(["mkdir", "-p", CONTAINER_HOME], timeout=30)
         for command in task.setup:
             setup = await sandbox.exec(["bash", "-c", command], timeout=exp.env.verifier_timeout_s)
             if not setup.ok:
@@ -113,8 +105,8 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         phase = time.monotonic()
         writer = _LogWriter(log_dir)
         try:
-            run = await sandbox.exec(invocation.argv, timeout=invocation.timeout_s, env=invocation.env,
-                                     on_output=writer, output_limit=1 << 20)
+            run = await sandbox.exec(invocation.argv, timeout=invocation.timeout_s, on_output=writer,
+                                     output_limit=1 << 20)
         finally:
             writer.close()
         result.durations["harness"] = round(time.monotonic() - phase, 3)
