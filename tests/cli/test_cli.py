@@ -5,18 +5,38 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from tests.helpers import forge
 
-COMMANDS = [["config"], ["config", "show"], ["config", "groups"], ["doctor"], ["rollout"]]
+
+def _all_commands() -> list[list[str]]:
+    """Every command and sub-command of the real CLI."""
+    import typer.main
+
+    from forge_cli.cli.app import app
+
+    found: list[list[str]] = []
+
+    def walk(group: Any, prefix: list[str]) -> None:
+        for name, command in group.commands.items():
+            found.append([*prefix, name])
+            if hasattr(command, "commands"):
+                walk(command, [*prefix, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+COMMANDS = _all_commands()
 
 
 def test_root_help_lists_commands() -> None:
     result = forge("--help")
     assert result.returncode == 0
-    for name in ("config", "doctor", "rollout"):
+    for name in ("config", "doctor", "rollout", "serve", "model", "proxy", "traces", "harness", "sandbox"):
         assert name in result.stdout
 
 
