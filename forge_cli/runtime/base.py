@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -92,6 +94,17 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
 
+# blocking SDK calls (docker, kubernetes, file I/O) run here: asyncio's default pool has only cpu+4 threads,
+# which would queue the calls of 32 concurrent sandboxes behind each other on a small machine
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="forge-sandbox")
+R = TypeVar("R")
+
+
+async def blocking(fn: Callable[..., R], *args: Any) -> R:
+    """Run a blocking call in forge's sandbox thread pool."""
+    return await asyncio.get_running_loop().run_in_executor(_POOL, functools.partial(fn, *args))
+
+
 class ExecHandle(abc.ABC):
     """One running command: its output chunks arrive on ``queue``; ``None`` ends the stream."""
 
@@ -146,7 +159,7 @@ class ThreadedExecHandle(ExecHandle):
         return await self._done
 
     async def kill(self) -> None:
-        await asyncio.to_thread(self._killer)
+        await blocking(self._killer)
 
 
 def _settle(future: asyncio.Future[int | None], value: int | None, error: BaseException | None) -> None:

@@ -27,6 +27,7 @@ from forge_cli.runtime.base import (
     SandboxOutOfMemory,
     Stream,
     ThreadedExecHandle,
+    blocking,
 )
 
 # each exec records its pid in PID_PREFIX + exec id (no directory: one process less per exec)
@@ -82,11 +83,11 @@ class ContainerSandbox(Sandbox):
     _oom_kills = 0
 
     async def _check_alive(self, result: ExecResult) -> None:
-        state = await asyncio.to_thread(self._container_state)
+        state = await blocking(self._container_state)
         if state.running and result.exit_code in (None, 137):
             # a container being killed can still report itself running for a moment
             await asyncio.sleep(0.3)
-            state = await asyncio.to_thread(self._container_state)
+            state = await blocking(self._container_state)
         memory = self.spec.resources.memory
         if not state.running:
             if state.oom_killed:
@@ -98,7 +99,7 @@ class ContainerSandbox(Sandbox):
         if result.exit_code == 137:
             # SIGKILL inside a live container: the OOM killer at the memory limit, or the command's own doing
             chunks: list[bytes] = []
-            await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", OOM_COUNTERS],
+            await blocking(self._run_blocking, ["/bin/sh", "-c", OOM_COUNTERS],
                                     lambda _s, chunk: chunks.append(chunk))
             kills = parse_oom_kills(b"".join(chunks).decode(errors="replace"))
             if kills > self._oom_kills:

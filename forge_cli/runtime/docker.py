@@ -9,7 +9,6 @@ forge never pulls: images come from ``scripts/base-image.sh`` or ``forge image b
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
@@ -26,6 +25,7 @@ from forge_cli.runtime.base import (
     SandboxError,
     SandboxGone,
     SandboxUnavailable,
+    blocking,
 )
 from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
 from forge_cli.runtime.docker_spec import container_kwargs
@@ -108,7 +108,7 @@ class DockerSandbox(ContainerSandbox):
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
-        await asyncio.to_thread(self._start_blocking)
+        await blocking(self._start_blocking)
 
     def _start_blocking(self) -> None:
         kwargs = container_kwargs(self.spec)
@@ -127,7 +127,7 @@ class DockerSandbox(ContainerSandbox):
 
     async def _stop(self) -> None:
         if self.container_id is not None:
-            await asyncio.to_thread(self._stop_blocking)
+            await blocking(self._stop_blocking)
 
     def _stop_blocking(self) -> None:
         import docker.errors
@@ -149,7 +149,7 @@ class DockerSandbox(ContainerSandbox):
 
     @classmethod
     async def _cleanup(cls, run_id: str | None, runtime: Any) -> list[str]:
-        return await asyncio.to_thread(cls._cleanup_blocking, run_id, runtime)
+        return await blocking(cls._cleanup_blocking, run_id, runtime)
 
     @classmethod
     def _cleanup_blocking(cls, run_id: str | None, runtime: DockerRuntime) -> list[str]:
@@ -228,10 +228,10 @@ class DockerSandbox(ContainerSandbox):
                 if not self.api.put_archive(self.container_id, "/", buffer.getvalue()):
                     raise SandboxError(f"docker refused to write {path} in sandbox {self.spec.name}")
 
-        await asyncio.to_thread(put)
+        await blocking(put)
 
     async def _read_file(self, path: str) -> bytes:
-        return await asyncio.to_thread(self._read_blocking, path)
+        return await blocking(self._read_blocking, path)
 
     def _read_blocking(self, path: str) -> bytes:
         import docker.errors

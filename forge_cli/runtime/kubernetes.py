@@ -12,7 +12,6 @@ the conformance suite runs against a real cluster when ``KUBECONFIG`` is set (se
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -28,6 +27,7 @@ from forge_cli.runtime.base import (
     SandboxError,
     SandboxGone,
     SandboxUnavailable,
+    blocking,
 )
 from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
 from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
@@ -164,7 +164,7 @@ class KubernetesSandbox(ContainerSandbox):
 
     # ------------------------------------------------------------------ lifecycle
     async def _start(self) -> None:
-        await asyncio.to_thread(self._start_blocking)
+        await blocking(self._start_blocking)
 
     def _start_blocking(self) -> None:
         what = f"creating sandbox {self.pod_name} in namespace {self.namespace}"
@@ -191,7 +191,7 @@ class KubernetesSandbox(ContainerSandbox):
             time.sleep(self.POLL_S)
 
     async def _stop(self) -> None:
-        await asyncio.to_thread(self._stop_blocking)
+        await blocking(self._stop_blocking)
 
     def _stop_blocking(self) -> None:
         what = f"removing sandbox {self.pod_name}"
@@ -221,7 +221,7 @@ class KubernetesSandbox(ContainerSandbox):
 
     @classmethod
     async def _cleanup(cls, run_id: str | None, runtime: Any) -> list[str]:
-        return await asyncio.to_thread(cls._cleanup_blocking, run_id, runtime)
+        return await blocking(cls._cleanup_blocking, run_id, runtime)
 
     @classmethod
     def _cleanup_blocking(cls, run_id: str | None, runtime: KubernetesRuntime) -> list[str]:
@@ -293,7 +293,7 @@ class KubernetesSandbox(ContainerSandbox):
     # ------------------------------------------------------------------ files
     async def _write_file(self, path: str, data: bytes) -> None:
         chunks: list[bytes] = []
-        code = await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path, str(len(data))],
+        code = await blocking(self._run_blocking, ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path, str(len(data))],
                                        lambda _s, chunk: chunks.append(chunk), data)
         if code != 0:
             raise SandboxError(f"writing {path} in sandbox {self.pod_name} failed: "
@@ -306,7 +306,7 @@ class KubernetesSandbox(ContainerSandbox):
         def collect(stream: str, chunk: bytes) -> None:
             (out if stream == "stdout" else err).append(chunk)
 
-        code = await asyncio.to_thread(self._run_blocking, ["/bin/sh", "-c", READ_SCRIPT, "sh", path], collect)
+        code = await blocking(self._run_blocking, ["/bin/sh", "-c", READ_SCRIPT, "sh", path], collect)
         if code == 2:
             raise FileNotFoundError(path)
         if code == 21:

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from forge_cli.config.schema import LocalRuntime
-from forge_cli.runtime.base import ExecHandle, Sandbox, SandboxConfigError, SandboxGone, Stream
+from forge_cli.runtime.base import ExecHandle, Sandbox, SandboxConfigError, SandboxGone, Stream, blocking
 from forge_cli.runtime.spec import label_value
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -159,7 +159,7 @@ class LocalSandbox(Sandbox):
             directory.mkdir(parents=True, exist_ok=True)
 
     async def _stop(self) -> None:
-        await asyncio.to_thread(_remove_sandbox_dir, self.root)
+        await blocking(_remove_sandbox_dir, self.root)
 
     async def _start_exec(self, argv: list[str], env: dict[str, str], cwd: str) -> ExecHandle:
         if not Path(cwd).is_dir():
@@ -185,10 +185,10 @@ class LocalSandbox(Sandbox):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
 
-        await asyncio.to_thread(write)
+        await blocking(write)
 
     async def _read_file(self, path: str) -> bytes:
-        return await asyncio.to_thread(Path(path).read_bytes)
+        return await blocking(Path(path).read_bytes)
 
     @classmethod
     async def _cleanup(cls, run_id: str | None, runtime: Any) -> list[str]:
@@ -199,7 +199,7 @@ class LocalSandbox(Sandbox):
             if not run_dir.is_dir():
                 continue
             for sandbox_dir in sorted(run_dir.iterdir()):
-                await asyncio.to_thread(_remove_sandbox_dir, sandbox_dir)
+                await blocking(_remove_sandbox_dir, sandbox_dir)
                 removed.append(sandbox_dir.name)
             with contextlib.suppress(OSError):
                 run_dir.rmdir()
