@@ -68,10 +68,16 @@ def check_model(exp: Experiment) -> list[Check]:
         checks.append(Check("model directory", ok, model.path if ok else f"{model.path} has no config.json",
                             "" if ok else "set model.path to a Hugging Face model directory"))
     else:
+        from forge_cli.serve.prepare import _manifest_ok, default_model_dir
+
         version = _dist_version("vllm", model.package)
         checks.append(Check(f"{model.package} package", version is not None,
                             f"{model.package} {version}" if version else f"not installed in {env_dir('vllm')}",
                             "" if version else "scripts/setup.sh vllm"))
+        directory = default_model_dir()
+        prepared = _manifest_ok(directory, full=False)
+        checks.append(Check("default model", True, f"prepared in {directory}" if prepared else
+                            "not converted yet: forge does it on first use (or now: forge model prepare)"))
     return checks
 
 
