@@ -51,21 +51,27 @@ class KubeApis:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
+        # a configuration of its own: the client's default ApiClient is a process-wide singleton that would
+        # mix up clusters (and keep the first one it saw)
+        configuration = client.Configuration()
         try:
-            config.load_kube_config(context=runtime.context)
+            # KUBECONFIG as it is now (the client reads it once, at import)
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG", "~/.kube/config"),
+                                    context=runtime.context, client_configuration=configuration)
         except (ConfigException, FileNotFoundError, TypeError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             try:
                 if runtime.context is not None:
                     raise
-                config.load_incluster_config()
+                config.load_incluster_config(client_configuration=configuration)
             except Exception:
                 which = f"context '{runtime.context}'" if runtime.context else "context"
                 kubeconfig = os.environ.get("KUBECONFIG", "~/.kube/config (KUBECONFIG is not set)")
                 raise SandboxUnavailable(f"no Kubernetes {which} to run sandboxes in: kubeconfig {kubeconfig}: "
                                          f"{reason}; not running inside a cluster either", CONTEXT_FIX) from error
-        self.core = client.CoreV1Api()
-        self.net = client.NetworkingV1Api()
+        api_client = client.ApiClient(configuration)
+        self.core = client.CoreV1Api(api_client)
+        self.net = client.NetworkingV1Api(api_client)
 
     def exec_stream(self, name: str, namespace: str, argv: list[str], stdin: bool) -> Any:
         """An open exec websocket (``kubernetes.stream.ws_client.WSClient``, binary mode)."""
