@@ -38,7 +38,8 @@ from forge_cli.harness.bundle_paths import bundle_dir, manifest_path
 from forge_cli.harness.proc import SYSTEM_PATH, is_elf, sha256_file
 from forge_cli.paths import bundles_dir, forge_home
 
-MANIFEST_SCHEMA = 1
+# bumped whenever the bundle layout changes, so that older bundles are rebuilt (2: node/lib/)
+MANIFEST_SCHEMA = 2
 Progress = Callable[[str], None]
 
 
@@ -217,7 +218,10 @@ def _builtin_source(harness: HarnessConfig) -> Path:
 
 def _is_current(harness: HarnessConfig, manifest: dict[str, Any]) -> bool:
     """The installed bundle is what the config pins (and, for forge's builtin agent, the same file)."""
-    if manifest.get("version") != harness.package.version or manifest.get("extras") != list(harness.package.extra):
+    if manifest.get("schema") != MANIFEST_SCHEMA or manifest.get("version") != harness.package.version \
+            or manifest.get("extras") != list(harness.package.extra):
+        return False
+    if harness.runtime == "node" and manifest.get("node", {}).get("version") != node_runtime.NODE_VERSION:
         return False
     if harness.package.manager == "builtin":
         source = _builtin_source(harness)
