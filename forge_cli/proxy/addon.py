@@ -37,6 +37,8 @@ MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": an
 # request headers worth keeping in a record (session ids split sub-sessions inside a rollout)
 KEEP_HEADERS = frozenset({"user-agent", "traceparent", "session-id", "x-session-id", "x-claude-code-session-id",
                           "anthropic-version", "anthropic-beta", "openai-beta", "x-stainless-lang"})
+_KEEP_HEADERS_B = frozenset(h.encode() for h in KEEP_HEADERS)
+_REPLACED_HEADERS = frozenset(h.encode() for h in (*auth.CREDENTIAL_HEADERS, "host", "accept-encoding"))
 CLIENT_GONE = ("Client disconnected", "Connection killed", "killed")
 
 
@@ -225,7 +227,8 @@ class ForgeProxy:
             self._reject(flow, call, exc.status, "bad_request", exc.message)
             return
         call.request = body
-        call.headers = auth.recordable_headers(req.headers, KEEP_HEADERS)
+        call.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in req.headers.fields
+                        if k.lower() in _KEEP_HEADERS_B}
         assert call.rollout is not None
         call.seq = call.rollout.next_seq
         call.rollout.next_seq += 1
@@ -307,11 +310,9 @@ class ForgeProxy:
         req = flow.request
         req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
         req.path = upstream.prefix + upstream_path
-        for name in auth.CREDENTIAL_HEADERS:
-            if name in req.headers:
-                del req.headers[name]
-        req.headers["accept-encoding"] = "identity"
-        req.headers["host"] = f"{upstream.host}:{upstream.port}"
+        # one pass over the header fields: credentials, encoding and host replaced
+        fields = tuple(f for f in req.headers.fields if f[0].lower() not in _REPLACED_HEADERS)
+        req.headers.fields = (*fields, (b"host", upstream.hostport), (b"accept-encoding", b"identity"))
         if not record:
             flow.metadata.pop("forge", None)
             return

@@ -50,6 +50,10 @@ class Upstream:
     healthy: bool = True
     failed_at: float = 0.0
     assigned: int = 0
+    hostport: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.hostport = f"{self.host}:{self.port}".encode()
 
     @classmethod
     def parse(cls, url: str) -> Upstream:

@@ -1,11 +1,14 @@
 """The frame format between the proxy addon and its writer process (length-prefixed, stdlib only).
 
-frame = u32 total length | u32 meta length | meta JSON | (u32 length | bytes) for each name in meta["blobs"]
+frame = u32 total length | u32 meta length | meta | (u32 length | bytes) for each name in meta["blobs"]
+
+``meta`` is a ``marshal``-encoded dict (several times faster than JSON on the proxy's event loop); both
+ends run the same interpreter, since the addon starts the writer with its own ``sys.executable``.
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 import struct
 from typing import Any
 
@@ -15,7 +18,7 @@ _U32 = struct.Struct(">I")
 def encode(meta: dict[str, Any], blobs: dict[str, bytes]) -> bytes:
     """One frame; ``meta["blobs"]`` is set to the blob names in order."""
     meta["blobs"] = list(blobs)
-    head = json.dumps(meta, separators=(",", ":")).encode()
+    head = marshal.dumps(meta)
     parts = [_U32.pack(len(head)), head]
     for blob in blobs.values():
         parts.append(_U32.pack(len(blob)))
@@ -27,7 +30,7 @@ def encode(meta: dict[str, Any], blobs: dict[str, bytes]) -> bytes:
 def decode(body: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Meta and blobs of one frame body (without its total-length prefix)."""
     (n,) = _U32.unpack_from(body, 0)
-    meta = json.loads(body[4:4 + n])
+    meta = marshal.loads(body[4:4 + n])
     pos = 4 + n
     blobs: dict[str, bytes] = {}
     for name in meta.get("blobs", ()):

@@ -35,8 +35,13 @@ def _flow(path: str, body: dict | bytes, key: str | None, ctype: str = "applicat
 
 
 class AddonHooks(unittest.IsolatedAsyncioTestCase):
+    def _setupAsyncioRunner(self) -> None:
+        # IsolatedAsyncioTestCase runs its loop in debug mode; its slow-callback warnings would reach
+        # mitmproxy's log handler of an earlier (closed) test loop
+        super()._setupAsyncioRunner()  # type: ignore[misc]
+        self._asyncioRunner.get_loop().set_debug(False)  # type: ignore[attr-defined]
+
     async def asyncSetUp(self) -> None:
-        asyncio.get_running_loop().set_debug(False)  # slow-callback warnings would go to mitmproxy's log handler
         self.tmp = tempfile.TemporaryDirectory()
         token = Path(self.tmp.name) / "admin"
         token.write_text("admin-secret")
