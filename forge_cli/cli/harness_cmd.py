@@ -74,14 +74,23 @@ def ls(config_dir: ConfigDir = None, as_json: JsonFlag = False) -> None:
     if as_json:
         typer.echo(json.dumps([installed.get(n, {"name": n, "installed": False}) for n in names], indent=2))
         return
+    from forge_cli.paths import bundles_dir
+
+    console = Console(highlight=False)
+    console.print(f"harness bundles in {bundles_dir()}", markup=False)
     table = Table(box=None, pad_edge=False)
-    for column in ("harness", "version", "size", "files", "installed", "path"):
+    for column in ("harness", "version", "size", "files", "installed (UTC)"):
         table.add_column(column)
+    missing = []
     for name in names:
         m = installed.get(name)
         if m is None:
-            table.add_row(name, "-", "-", "-", "no", f"forge harness install {name}")
+            missing.append(name)
+            table.add_row(name, "-", "-", "-", "not installed")
         else:
+            when = str(m.get("installed_at", "?")).replace("T", " ")[:16]
             table.add_row(name, str(m.get("version")), human_size(m.get("size_bytes", 0)), str(m.get("file_count")),
-                          str(m.get("installed_at", "?")), str(m.get("path")))
-    Console(highlight=False).print(table)
+                          when)
+    console.print(table)
+    if missing:
+        console.print(f"install with: forge harness install {' '.join(missing)}", markup=False)

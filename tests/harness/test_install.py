@@ -239,7 +239,8 @@ def test_ls_lists_installed_and_missing(forge_home: Path, bundle_manifest: dict[
     assert rows[NAME]["version"] == QWEN["package"]["version"] and rows[NAME]["size_bytes"] > 0
     assert rows["codex"] == {"name": "codex", "installed": False}
     text = forge("harness", "ls", env={"FORGE_HOME": str(forge_home)}).stdout
-    assert "forge harness install codex" in text and QWEN["package"]["version"] in text
+    assert "not installed" in text and QWEN["package"]["version"] in text
+    assert "forge harness install " in text and " codex " in text.splitlines()[-1] + " "
 
 
 def test_version_helpers_and_dedupe(tmp_path: Path) -> None:
