@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from forge_cli.config.compose import group_options
 from forge_cli.paths import forge_home
 from tests.helpers import forge
 
@@ -111,12 +110,10 @@ def test_unknown_harness_is_a_config_error(tmp_path: Path) -> None:
 
 @pytest.mark.vllm
 def test_react_on_builtin_tasks_records_every_call(tmp_path: Path, policy_server: Any) -> None:
-    react = group_options()["harness"]["react"].read_text()
-    config_dir = _harness_dir(tmp_path, "react-short", react.replace("name: react", "name: react-short")
-                              .replace('--max-steps, "8"', '--max-steps, "2"'))
     code, summary, stderr = _run(
-        tmp_path, "+harness=react-short", f"proxy.upstream={policy_server.url}", "proxy.port=0",
-        "rollout.max_tasks=2", "rollout.samples_per_task=2", "model.max_output_tokens=64", config_dir=config_dir)
+        tmp_path, 'harness.command=[python3,"{{bundle}}/bin/forge-react",--max-steps,"2","{{instruction}}"]',
+        f"proxy.upstream={policy_server.url}", "proxy.port=0", "rollout.max_tasks=2", "rollout.samples_per_task=2",
+        "model.max_output_tokens=64")
     assert code == 0, stderr
     results = _results(summary)
     assert len(results) == summary["rollouts"] == 4
