@@ -84,7 +84,7 @@ class ContainerSandbox(Sandbox):
 
     async def _check_alive(self, result: ExecResult) -> None:
         state = await blocking(self._container_state)
-        if state.running and result.exit_code in (None, 137):
+        if state.running and not result.timed_out and result.exit_code in (None, 137):
             # a container being killed can still report itself running for a moment
             await asyncio.sleep(0.3)
             state = await blocking(self._container_state)
