@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from forge_cli.config.schema import EnvConfig
-from forge_cli.envs.task import Task, TaskSet
+from forge_cli.envs.task import Task, TaskSet, configured_path
 from forge_cli.errors import UserError
 
 
 def load(env: EnvConfig) -> TaskSet:
-    if not env.path:
-        return TaskSet.unavailable(env.name, "no task file configured (set env.path=/path/to/tasks.jsonl)")
-    path = Path(env.path).expanduser()
-    if not path.is_file():
-        return TaskSet.unavailable(env.name, f"{path} does not exist")
+    path = configured_path(env.name, env.path, "task file", "/path/to/tasks.jsonl", is_dir=False)
+    if isinstance(path, TaskSet):
+        return path
     tasks = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 from forge_cli.config.schema import EnvConfig
-from forge_cli.envs.task import Task, TaskSet
+from forge_cli.envs.task import Task, TaskSet, configured_path
 
 
 def load(env: EnvConfig) -> TaskSet:
-    if not env.path:
-        return TaskSet.unavailable(env.name, "no task directory configured (set env.path=/path/to/tasks)")
-    root = Path(env.path).expanduser()
-    if not root.is_dir():
-        return TaskSet.unavailable(env.name, f"{root} is not a directory")
+    root = configured_path(env.name, env.path, "task directory", "/path/to/tasks", is_dir=True)
+    if isinstance(root, TaskSet):
+        return root
     tasks = []
     for task_dir in sorted(p for p in root.iterdir() if (p / "instruction.md").is_file()):
         meta = {}

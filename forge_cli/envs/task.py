@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -40,3 +41,13 @@ class TaskSet:
             metadata={"placeholder": True},
         )
         return cls(tasks=[placeholder], available=False, note=reason)
+
+
+def configured_path(env_name: str, path: str | None, what: str, example: str, *, is_dir: bool) -> Path | TaskSet:
+    """``path`` when it is set and exists (a file or a directory), else the TaskSet that says why not."""
+    if not path:
+        return TaskSet.unavailable(env_name, f"no {what} configured (set env.path={example})")
+    resolved = Path(path).expanduser()
+    if not (resolved.is_dir() if is_dir else resolved.is_file()):
+        return TaskSet.unavailable(env_name, f"{resolved} is not a {'directory' if is_dir else 'file'}")
+    return resolved
