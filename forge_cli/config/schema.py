@@ -129,7 +129,9 @@ class KubernetesRuntime(_RuntimeBase):
     bundle_image: str = "forge-harness-bundles:latest"
     # image and command of the capture proxy Deployment that `forge k8s manifests` prints
     proxy_image: str = "forge:latest"
-    proxy_command: list[str] = ["forge", "proxy", "serve"]
+    proxy_command: list[str] = ["forge", "proxy"]
+    # the policy server(s) the in-cluster proxy forwards to (forge proxy --upstream)
+    proxy_upstream: str = "http://forge-policy:8000"
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_api_concurrency: Annotated[int, Field(gt=0)] = 16
 
