@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import signal
 import time
 from pathlib import Path
@@ -55,7 +56,9 @@ def execute(exp: Experiment, data: dict[str, Any], *, quiet: bool = False) -> di
     if not taskset.available:
         raise UserError(f"env '{exp.env.name}' has no tasks to run: {taskset.note}")
     ensure_bundle(exp)
-    run_id = f"{exp.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # the random tail keeps runs started in the same second apart: rollout ids, container names and the
+    # cleanup label all derive from the run id
+    run_id = f"{exp.run.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     run_dir = Path(exp.run.output_dir).expanduser().resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))

@@ -12,6 +12,9 @@ from forge_cli.errors import UserError
 from forge_cli.runtime.spec import ProxyEndpoint
 
 Log = Callable[[str], None]
+# mitmdump imports for ~5 s on an idle core; on a loaded 2-core machine with several runs starting at once it
+# took over 30 s (measured with 6 `forge rollout` processes starting together)
+PROXY_READY_S = 180.0
 
 
 @contextlib.contextmanager
@@ -52,7 +55,7 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path) -> Iterator[tuple
                         fix="stop what uses it, or pick another: proxy.port=0 (any free port) or proxy.port=N")
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
                          max_body_mb=exp.proxy.max_body_mb, max_output_tokens=exp.model.max_output_tokens,
-                         model=exp.model.served_name)
+                         model=exp.model.served_name, ready_timeout_s=PROXY_READY_S)
     try:
         if not handle.alive():
             raise UserError(f"the capture proxy did not start; see {handle.log_file}")
