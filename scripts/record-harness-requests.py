@@ -240,7 +240,12 @@ def scrubber(pairs: list[tuple[str, str]], words: list[tuple[str, str]]) -> Any:
 
 
 # ---------------------------------------------------------------- running one harness
-def record(harness: HarnessConfig, server: Recorder, timeout: float, keep_dir: Path | None) -> dict[str, Any]:
+# where a container sees the bundle, HOME and the workspace (--docker)
+IN_CONTAINER = {"bundle": "/opt/forge/harness", "home": "/home/forge", "workdir": "/work"}
+
+
+def record(harness: HarnessConfig, server: Recorder, timeout: float, keep_dir: Path | None,
+           image: str | None = None) -> dict[str, Any]:
     bundle = bundle_dir(harness)
     manifest = read_manifest(bundle / "manifest.json")
     if manifest is None:
@@ -249,17 +254,27 @@ def record(harness: HarnessConfig, server: Recorder, timeout: float, keep_dir: P
     home, workdir = scratch / "home", scratch / "work"
     home.mkdir()
     workdir.mkdir()
+    host = {"bundle": str(bundle), "home": str(home), "workdir": str(workdir)}
+    seen = IN_CONTAINER if image else host  # the paths the harness sees
     root = f"{server.url}/r/{RUN_ID}"
     values = {"base_url": f"{root}/v1", "base_url_root": root, "api_key": API_KEY, "model": MODEL,
               "context_window": "32768", "max_output_tokens": "1024", "instruction": INSTRUCTION,
-              "workdir": str(workdir), "home": str(home), "bundle": str(bundle), "rollout_id": RUN_ID}
+              "rollout_id": RUN_ID, **seen}
     for spec in harness.config_files:
-        path = Path(render(spec.path, values))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(spec.template, values))
-    env = {"HOME": str(home), "PATH": f"{bundle}/bin:{SYSTEM_PATH}", "LANG": "C.UTF-8", "TERM": "dumb",
+        path = render(spec.path, values).replace(seen["home"], str(home), 1)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(render(spec.template, values))
+    env = {"HOME": seen["home"], "PATH": f"{seen['bundle']}/bin:{SYSTEM_PATH}", "LANG": "C.UTF-8", "TERM": "dumb",
            "NO_COLOR": "1", **{k: render(v, values) for k, v in harness.env.items()}}
     argv = [render(arg, values) for arg in harness.command]
+    name = f"forge-rec-{harness.name}-{os.getpid()}"
+    if image:
+        # the bundle read-only, HOME and workspace writable, host network (the recorder is on loopback)
+        argv = ["docker", "run", "--rm", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
+                "-v", f"{bundle}:{seen['bundle']}:ro", "-v", f"{home}:{seen['home']}",
+                "-v", f"{workdir}:{seen['workdir']}",
+                "-w", seen["workdir"], *[f"--env={k}={v}" for k, v in env.items()], image, *argv]
+        env = {**os.environ, "PATH": os.environ.get("PATH", SYSTEM_PATH)}
     server.take()
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -269,6 +284,8 @@ def record(harness: HarnessConfig, server: Recorder, timeout: float, keep_dir: P
         status = f"exit {proc.returncode}"
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
+        if image:
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
         out, err = proc.communicate()
         status = f"killed after {timeout:.0f} s"
     elapsed = time.monotonic() - started
@@ -333,8 +350,11 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="also keep stdout/stderr/all requests here")
     parser.add_argument("--share-network", action="store_true",
                         help="do not run the harnesses in a loopback-only network namespace")
+    parser.add_argument("--docker", metavar="IMAGE", default=None,
+                        help="run each harness in a container of IMAGE with its bundle mounted read-only at "
+                             "/opt/forge/harness (host network, so implies --share-network)")
     args = parser.parse_args()
-    if not args.share_network:
+    if not args.share_network and not args.docker:
         isolate_network()
     names = args.harnesses or [n for n in sorted(known_harnesses())
                                if load_harness(n).package.manager in ("npm", "pypi")
@@ -345,7 +365,7 @@ def main() -> int:
     failed = []
     for name in names:
         try:
-            fixture = record(load_harness(name), server, args.timeout, args.keep)
+            fixture = record(load_harness(name), server, args.timeout, args.keep, args.docker)
         except RuntimeError as exc:
             print(f"{name}: NOT recorded: {exc}", file=sys.stderr)
             failed.append(name)

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -98,6 +99,26 @@ def tree_stats(root: Path) -> tuple[int, int]:
                 seen.add((st.st_dev, st.st_ino))
                 size += st.st_size
     return files, size
+
+
+_LIBRARY = re.compile(r"\.(so(\.\d+)*|node|o|a)$")
+
+
+def fix_exec_bits(root: Path) -> list[str]:
+    """Make ELF programs that were packed without an exec bit executable (Qwen Code's vendored ``rg``:
+    on a writable install the harness chmods it at run time, which a read-only mount refuses).
+    Shared libraries (``.so``, ``.node``) need no exec bit and are left alone. Returns the paths fixed."""
+    fixed = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o111 or st.st_size < 64 or _LIBRARY.search(name):
+                continue
+            if is_elf(path):
+                path.chmod(st.st_mode | ((st.st_mode & 0o444) >> 2))
+                fixed.append(path.relative_to(root).as_posix())
+    return sorted(fixed)
 
 
 def dedupe(root: Path, min_size: int = 1 << 20) -> int:
@@ -317,6 +338,7 @@ def _build(harness: HarnessConfig, tmp: Path, *, offline: bool, binary_path: Pat
         key_files.append(_install_binary(harness, tmp, binary_path))
         manifest["packages"] = {str(pkg.name): str(pkg.version)}
     key_files.append(tmp / "bin" / harness.entrypoint)
+    manifest["exec_bits_fixed"] = fix_exec_bits(tmp)
     manifest["deduplicated_bytes"] = dedupe(tmp)
     say(f"checking that bin/{harness.entrypoint} runs")
     manifest["version_output"] = verify_entrypoint(tmp, harness, log)

@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
-from forge_cli.harness.bundles import dedupe, tree_stats
+from forge_cli.harness.bundles import dedupe, fix_exec_bits, tree_stats
 from forge_cli.harness.node_runtime import NODE_VERSION, satisfies, version_tuple
 from forge_cli.harness.proc import SYSTEM_PATH, sha256_file
 from forge_cli.paths import configs_dir
 from tests.helpers import forge
 
 NAME = "qwen-code"
+RG = "lib/node_modules/@qwen-code/qwen-code/vendor/ripgrep/x64-linux/rg"
 QWEN = yaml.safe_load((configs_dir() / "harness" / f"{NAME}.yaml").read_text())
 # every route to the network fails: npm and pip honour these
 NO_NETWORK = {"npm_config_proxy": "http://127.0.0.1:9", "npm_config_https_proxy": "http://127.0.0.1:9",
@@ -78,6 +79,8 @@ def test_bundle_layout_and_manifest(forge_home: Path, bundle_manifest: dict[str,
     files, size = tree_stats(bundle)
     assert (m["file_count"], m["size_bytes"]) == (files, size - (bundle / "manifest.json").stat().st_size)
     assert os.listdir(bundle / "bin") == [QWEN["entrypoint"]]
+    # its vendored ripgrep is packed without an exec bit; the bundle must not need a chmod at run time
+    assert RG in m["exec_bits_fixed"] and os.access(bundle / RG, os.X_OK)
     assert (bundle / "node" / "bin" / "node").stat().st_nlink >= 2  # hard link to the cached runtime
     # nothing half-made is left beside the bundle
     assert sorted(p.name for p in (forge_home / "harnesses").iterdir() if not p.name.endswith(".lock")) == [NAME]
@@ -122,12 +125,15 @@ def test_bundle_runs_read_only_in_a_container(forge_home: Path, bundle_manifest:
                                         check=False).returncode != 0:
         pytest.skip(f"needs a running dockerd and the {image} image (scripts/setup.sh docker)")
     bundle = forge_home / "harnesses" / NAME
-    result = subprocess.run(
-        [docker, "run", "--rm", "--network", "none", "--read-only", "-e", "HOME=/tmp",
-         "-v", f"{bundle}:/opt/forge/harness:ro", image, f"/opt/forge/harness/bin/{QWEN['entrypoint']}", "--version"],
-        capture_output=True, text=True, timeout=180, check=False)
+    run = [docker, "run", "--rm", "--network", "none", "--read-only", "-e", "HOME=/tmp",
+           "-v", f"{bundle}:/opt/forge/harness:ro", image]
+    result = subprocess.run([*run, f"/opt/forge/harness/bin/{QWEN['entrypoint']}", "--version"],
+                            capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == QWEN["package"]["version"]
+    tool = subprocess.run([*run, f"/opt/forge/harness/{RG}", "--version"], capture_output=True, text=True,
+                          timeout=180, check=False)
+    assert tool.returncode == 0 and tool.stdout.startswith("ripgrep"), tool.stderr
 
 
 def test_second_install_is_a_no_op(forge_home: Path, bundle_manifest: dict[str, Any]) -> None:
@@ -241,6 +247,18 @@ def test_ls_lists_installed_and_missing(forge_home: Path, bundle_manifest: dict[
     text = forge("harness", "ls", env={"FORGE_HOME": str(forge_home)}).stdout
     assert "not installed" in text and QWEN["package"]["version"] in text
     assert "forge harness install " in text and " codex " in text.splitlines()[-1] + " "
+
+
+def test_exec_bits(tmp_path: Path) -> None:
+    elf = b"\x7fELF" + bytes(100)
+    for name in ("tool", "addon.node", "libx.so.1"):
+        (tmp_path / name).write_bytes(elf)
+        (tmp_path / name).chmod(0o644)
+    (tmp_path / "script.js").write_text("x" * 100)
+    (tmp_path / "script.js").chmod(0o644)
+    assert fix_exec_bits(tmp_path) == ["tool"]
+    assert (tmp_path / "tool").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "addon.node").stat().st_mode & 0o777 == 0o644
 
 
 def test_version_helpers_and_dedupe(tmp_path: Path) -> None:
