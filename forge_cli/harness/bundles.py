@@ -39,8 +39,8 @@ from forge_cli.harness.bundle_paths import bundle_dir, manifest_path
 from forge_cli.harness.proc import SYSTEM_PATH, is_elf, sha256_file
 from forge_cli.paths import bundles_dir, forge_home
 
-# bumped whenever the bundle layout changes, so that older bundles are rebuilt (2: node/lib/)
-MANIFEST_SCHEMA = 2
+# bumped whenever the bundle layout changes, so that older bundles are rebuilt (2: node/lib/, 3: exec bits)
+MANIFEST_SCHEMA = 3
 Progress = Callable[[str], None]
 
 
