@@ -119,7 +119,9 @@ def test_serve_foreground_answers_then_stops_cleanly_on_sigterm() -> None:
     """The real command: healthy, prints its URL, SIGTERM stops vLLM and every process it started."""
     if not (env_dir("vllm") / "bin" / "python").exists():
         pytest.skip("forge's vLLM environment is not installed (scripts/setup.sh vllm)")
-    proc = subprocess.Popen([sys.executable, "-m", "forge_cli", "serve", "--port", "0", "--json"], cwd=REPO,
+    # a small KV cache: the session's policy_server may be running beside this one
+    command = ["serve", "--port", "0", "--json", "model.kv_cache_gb=1", "model.max_model_len=2048"]
+    proc = subprocess.Popen([sys.executable, "-m", "forge_cli", *command], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
     try:
