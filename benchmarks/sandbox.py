@@ -7,7 +7,8 @@ For each backend and concurrency c, ``c * per_level`` sandboxes are run (at leas
 time, in ``--rounds`` rounds that alternate between the backends (the machine's load hits all alike);
 each one is created from forge-base:bookworm, runs ``sh -c 'echo ready'`` and is destroyed. Reported:
 median and p95 latency of one lifecycle, sandboxes per minute, and the ratio of each to the raw
-``docker run --rm`` loop (the floor: the docker CLI doing the same create/start/wait/remove).
+``docker run --rm`` loop (the floor: the docker CLI creating the same container, with forge's labels, limits,
+cap-drop and init, running the command as its main process, and removing it).
 Target: forge's docker backend within 1.3x of raw `docker run` latency.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -25,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from forge_cli.runtime.docker_spec import docker_run_command
 from forge_cli.runtime.registry import backend
 from forge_cli.runtime.spec import SandboxSpec
 
@@ -54,11 +57,19 @@ async def forge_once(kind: str, run_id: str, index: int) -> float:
     return time.perf_counter() - started
 
 
+def raw_argv(spec: SandboxSpec) -> list[str]:
+    """``docker run --rm`` of the same container forge creates (labels, limits, cap-drop, init), running COMMAND
+    as its main process: what is left is the daemon's own work, the floor forge is measured against."""
+    argv = shlex.split(docker_run_command(spec))
+    argv[argv.index("-d")] = "--rm"
+    return argv[: argv.index(IMAGE) + 1] + COMMAND
+
+
 async def raw_once(run_id: str, index: int) -> float:
+    spec = SandboxSpec(run_id=run_id, rollout_id=f"{run_id}-{index}", image=IMAGE, workdir="/work", timeout_s=300)
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        "docker", "run", "--rm", "--network", "host", "--label", f"forge.run={run_id}", IMAGE, *COMMAND,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *raw_argv(spec), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert proc.returncode == 0 and out == b"ready\n", err
     return time.perf_counter() - started
