@@ -41,6 +41,8 @@ def serve(
 
     console = Console(stderr=True, highlight=False)
     model = load(overrides, config_dir).experiment.model
+    if not detach:  # SIGTERM during start-up too stops vLLM (start_server cleans up on the interrupt)
+        signal.signal(signal.SIGTERM, _raise_interrupt)
     started = time.monotonic()
     with console.status("starting vLLM", spinner="dots") as status:
         def progress(message: str) -> None:
@@ -74,7 +76,6 @@ def _serve_until_signal(server: object) -> None:
     from forge_cli.serve.server import PolicyServer
 
     assert isinstance(server, PolicyServer)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while server.alive():
             time.sleep(0.5)

@@ -8,6 +8,7 @@ model config into the directory and chat template to serve.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -125,6 +126,16 @@ def prepare_default_model(
     if not force and _manifest_ok(target, full=verify):
         _refresh_template(target)
         return PreparedModel(target, template)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another forge process may be converting right now
+        if not force and _manifest_ok(target, full=verify):
+            _refresh_template(target)
+            return PreparedModel(target, template)
+        return _convert(package, target, say)
+
+
+def _convert(package: str, target: Path, say: Callable[[str], None]) -> PreparedModel:
     python = vllm_python()
     gguf = find_gguf(package)
     say(f"converting {gguf.name} to bf16 safetensors in {target} (about a minute, once)")
@@ -141,10 +152,9 @@ def prepare_default_model(
     verified = json.loads(results[-1].removeprefix("FORGE_RESULT "))
     _write_manifest(staging, gguf, verified)
     shutil.rmtree(target, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
     staging.rename(target)
     say(f"verified: the converted model answers {verified.get('answer')!r}")
-    return PreparedModel(target, template, converted=True)
+    return PreparedModel(target, target / "chat_template.jinja", converted=True)
 
 
 def check_model(model: SmolModel | VllmModel) -> None:
