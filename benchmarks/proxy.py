@@ -6,14 +6,18 @@
 tests/proxy/fake_upstream.py, run as its own process). The client is one asyncio process with raw
 HTTP/1.1 keep-alive connections. Prints throughput and latency percentiles per setup and concurrency,
 the ratios the targets are about (forge >= 85% of bare mitmdump at 16 connections, <= 1.5 ms added p50
-over direct at 1 connection), and checks that every answered forge call is in the store.
+over direct at 1 connection), CPU per request of mitmdump (bare vs with forge's addon) and of forge's
+store writer process (robust to a busy machine, unlike req/s), and checks that every answered forge
+call is in the store.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -32,6 +36,20 @@ from tests.proxy.conftest import _wait_port  # noqa: E402
 BODY = json.dumps({"model": "m", "max_tokens": 16,
                    "messages": [{"role": "system", "content": "You are a coding agent. " * 40},
                                 {"role": "user", "content": ("lorem ipsum dolor sit amet " * 1900)[:49000]}]}).encode()
+
+
+def _cpu_s(pid: int) -> float:
+    """User+system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
 
 
 async def _read_response(reader: asyncio.StreamReader) -> int:
@@ -113,14 +131,26 @@ def main() -> int:
         for port, path, key in setups.values():  # warm up connections, caches, the writer
             asyncio.run(_run(port, path, key, 4, args.warmup))
         answered += args.warmup
+        procs = {"direct": [upstream.pid], "mitmdump": [bare.pid], "forge": [forge.process.pid]}
+        writer = _children(forge.process.pid)
         for n_conns, total in zip(conns, totals, strict=True):
             for name, (port, path, key) in setups.items():
+                before = [_cpu_s(p) for p in procs[name]]
+                before_writer = sum(_cpu_s(p) for p in writer) if name == "forge" else 0.0
                 res = asyncio.run(_run(port, path, key, n_conns, total))
+                # CPU per request of the process in front of the upstream (the upstream itself for direct)
+                res["proxy_cpu_us"] = sum(_cpu_s(p) - b for p, b in zip(procs[name], before, strict=True)) \
+                    / res["requests"] * 1e6
+                if name == "forge":
+                    res["writer_cpu_us"] = (sum(_cpu_s(p) for p in writer) - before_writer) / res["requests"] * 1e6
                 results[name].append(res)
                 if name == "forge":
                     answered += res["requests"] - res["errors"]
+                cpu = f"cpu/req {res['proxy_cpu_us']:5.0f} us" + (
+                    f" + writer {res['writer_cpu_us']:4.0f} us" if "writer_cpu_us" in res else "")
                 print(f"{name:<9} conns={n_conns:<3} {res['rps']:8.0f} req/s  p50 {res['p50_ms']:6.2f} ms  "
-                      f"p90 {res['p90_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}", flush=True)
+                      f"p90 {res['p90_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}  {cpu}",
+                      flush=True)
         forge.finish(rollout["rollout_id"])  # waits until the writer committed everything sent
         conn = sqlite3.connect(tmp / "traces.sqlite")
         stored = conn.execute("SELECT COUNT(*) FROM calls WHERE rollout_id = ? AND status = 'ok'",
@@ -138,9 +168,13 @@ def main() -> int:
         ratio = f["rps"] / b["rps"]
         added = f["p50_ms"] - d["p50_ms"]
         summary[f"conns_{n_conns}"] = {"forge_over_mitmdump_rps": ratio, "added_p50_ms_vs_direct": added,
-                                       "mitmdump_added_p50_ms_vs_direct": b["p50_ms"] - d["p50_ms"]}
+                                       "mitmdump_added_p50_ms_vs_direct": b["p50_ms"] - d["p50_ms"],
+                                       "addon_cpu_us_per_call": f["proxy_cpu_us"] - b["proxy_cpu_us"],
+                                       "writer_cpu_us_per_call": f["writer_cpu_us"]}
         print(f"  conns={n_conns:<3} forge/mitmdump throughput {ratio:6.1%}   forge added p50 vs direct "
-              f"{added:5.2f} ms (bare mitmdump adds {b['p50_ms'] - d['p50_ms']:5.2f} ms)")
+              f"{added:5.2f} ms (bare mitmdump adds {b['p50_ms'] - d['p50_ms']:5.2f} ms); addon CPU "
+              f"{f['proxy_cpu_us'] - b['proxy_cpu_us']:.0f} us/call on mitmdump's loop, "
+              f"writer {f['writer_cpu_us']:.0f} us/call")
     lost = answered - stored
     summary.update({"answered": answered, "stored": stored, "stored_with_token_ids": with_ids, "lost": lost})
     print(f"  records: {answered} answered, {stored} stored ok ({with_ids} with token ids), lost {lost}")
