@@ -273,7 +273,8 @@ def install(
         log = log_path(harness)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"forge {__version__}: installing {harness.name} ({datetime.now(UTC).isoformat()})\n\n")
-        for stale in final.parent.glob(f".{harness.name}.tmp-*"):
+        # what an install killed half-way left behind (we hold the lock: no other install is running)
+        for stale in [*final.parent.glob(f".{harness.name}.tmp-*"), *final.parent.glob(f".{harness.name}.old-*")]:
             shutil.rmtree(stale, ignore_errors=True)
         started = time.monotonic()
         tmp = Path(tempfile.mkdtemp(prefix=f".{harness.name}.tmp-", dir=final.parent))
