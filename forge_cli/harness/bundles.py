@@ -234,7 +234,10 @@ def _locked(name: str) -> Iterator[None]:
 
 
 def _builtin_source(harness: HarnessConfig) -> Path:
-    return Path(__file__).resolve().parent / f"{harness.name}_agent.py"
+    """The shipped file of a builtin harness, by package name (``forge-react`` → ``react_agent.py``), so
+    that options derived from it under other names (``--config-dir``) reuse it."""
+    name = (harness.package.name or harness.name).removeprefix("forge-")
+    return Path(__file__).resolve().parent / f"{name}_agent.py"
 
 
 def _is_current(harness: HarnessConfig, manifest: dict[str, Any]) -> bool:
