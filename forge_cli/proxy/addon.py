@@ -360,7 +360,7 @@ class ForgeProxy:
             "wants_token_ids": call.prep.wants_token_ids, "wants_logprobs": call.prep.wants_logprobs,
         }
         blobs = {"request": call.request, "response": body}
-        if call.fmt != "chat" or call.prep.model is not None:  # translated or rewritten beyond capture fields
+        if call.prep.rewritten:  # translated or changed beyond the capture fields
             blobs["upstream_request"] = call.prep.body
         if client_response is not None:
             blobs["client_response"] = client_response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -105,6 +106,21 @@ def test_formats_streamed_and_not_with_and_without_tools(vproxy: ProxyHandle, po
         assert all(lp <= 0 for lp in call["completion_logprobs"])
         assert bool(call["request"].get("tools")) == tools
         assert answer.strip()
+
+
+def test_overrides_win_and_clamp(policy_server: Any, tmp_path: Path) -> None:
+    """Appended capture/clamp fields override the client's own (duplicate keys: the last wins in vLLM)."""
+    need_mitmdump()
+    with start_proxy(policy_server.url, store=tmp_path / "t.sqlite", max_output_tokens=6) as proxy:
+        r = proxy.register(task="overrides")
+        client = openai.OpenAI(base_url=r["base_url"] + "/v1", api_key=r["key"], max_retries=0, timeout=300)
+        reply = client.chat.completions.create(model=policy_server.model, max_tokens=100000, logprobs=False,
+                                               messages=[{"role": "user", "content": "Write a long story."}])
+        assert reply.choices[0].logprobs is None and reply.choices[0].finish_reason == "length"
+        (call,) = proxy.calls(r["rollout_id"])
+    assert call["status"] == "ok" and call["request"]["max_tokens"] == 100000
+    assert call["upstream_request"]["max_tokens"] == 6 and call["upstream_request"]["logprobs"] is True
+    assert len(call["completion_logprobs"]) == len(call["completion_token_ids"]) == 6
 
 
 def test_multi_turn_prefix_merging(vproxy: ProxyHandle, policy_server: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,8 +22,11 @@ def test_chat_fast_path_splices_capture_fields() -> None:
 def test_chat_slow_path_clamps_and_remembers_what_client_asked() -> None:
     body = json.dumps({"model": "m", "messages": [], "max_tokens": 32000, "logprobs": True}).encode()
     prep = chat.prepare(body, Limits(max_output_tokens=8192))
-    forwarded = json.loads(prep.body)
+    forwarded = json.loads(prep.body)  # duplicate keys: the appended (last) value wins, as in vLLM's parsing
     assert forwarded["max_tokens"] == 8192 and prep.wants_logprobs and not prep.wants_token_ids
+    assert prep.body.startswith(body[:-1]) and prep.rewritten  # the client's bytes are kept, overrides appended
+    plain = chat.prepare(json.dumps({"model": "m", "max_tokens": 10, "logprobs": False}).encode(), Limits(8192))
+    assert json.loads(plain.body)["logprobs"] is True and not plain.rewritten and not plain.wants_logprobs
 
 
 def test_chat_rejects_invalid_json_on_slow_path() -> None:

@@ -30,6 +30,7 @@ class Prepared:
 
     body: bytes
     changed: bool
+    rewritten: bool = False  # changed beyond the capture fields (translation, clamp, model, normalisation)
     wants_token_ids: bool = False
     wants_logprobs: bool = False
     stream: bool | None = None

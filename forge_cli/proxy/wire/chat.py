@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from forge_cli.proxy.wire import sse
-from forge_cli.proxy.wire.base import Assembled, Limits, Prepared, clamp, dumps, load_object
+from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, clamp, dumps, load_object
 
 # keys whose presence means the request needs a real parse (client asked for capture, or a limit to clamp)
 _NEEDS_PARSE = re.compile(rb'"(?:logprobs|top_logprobs|return_token_ids|max_tokens|max_completion_tokens|n)"')
@@ -17,8 +17,11 @@ _CAPTURE = b'"return_token_ids":true,"logprobs":true'
 def prepare(body: bytes, limits: Limits) -> Prepared:
     """Ask the upstream for prompt/completion token ids and logprobs; clamp output limits.
 
-    Fast path (no key that needs a look): the capture fields are spliced into the object's bytes
-    without parsing; the upstream validates the JSON as it would have anyway.
+    The client's bytes are never re-serialised (50 KB bodies are common): without any key that needs a
+    look, the capture fields are spliced in after the opening brace, unparsed (the upstream validates
+    the JSON as it would have anyway); otherwise the body is parsed (validated, facts read) and the
+    overriding fields are appended before the closing brace. Duplicate keys resolve to the last one in
+    the upstream's JSON parsing (Python's ``json``, as vLLM uses), so appended values win.
     """
     text = body.strip()
     if not limits.model and text[:1] == b"{" and text[-1:] == b"}" and not _NEEDS_PARSE.search(text):
@@ -26,15 +29,28 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
         glue = b"" if inner[:1] == b"}" else b","
         return Prepared(body=b"{" + _CAPTURE + glue + inner, changed=True)
     obj = load_object(body)
-    return prepare_object(obj, limits)
+    _check_n(obj)
+    overrides: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
+    for key in ("max_tokens", "max_completion_tokens"):
+        if key in obj and clamp(obj[key], limits.max_output_tokens) != obj[key]:
+            overrides[key] = clamp(obj[key], limits.max_output_tokens)
+    if limits.model and obj.get("model") != limits.model:
+        overrides["model"] = limits.model
+    head = text[:-1].rstrip()
+    glue = b"" if head.endswith(b"{") else b","
+    return Prepared(body=head + glue + dumps(overrides)[1:], changed=True, rewritten=len(overrides) > 2,
+                    wants_token_ids=bool(obj.get("return_token_ids")), wants_logprobs=bool(obj.get("logprobs")),
+                    stream=bool(obj.get("stream")), model=overrides.get("model", obj.get("model")))
+
+
+def _check_n(obj: dict[str, Any]) -> None:
+    if obj.get("n", 1) not in (1, None):
+        raise BadRequest("only n=1 is supported: each call is one sample")
 
 
 def prepare_object(obj: dict[str, Any], limits: Limits) -> Prepared:
     """The parsed form of ``prepare`` (also used by the Anthropic translation)."""
-    if obj.get("n", 1) not in (1, None):
-        from forge_cli.proxy.wire.base import BadRequest
-
-        raise BadRequest("only n=1 is supported: each call is one sample")
+    _check_n(obj)
     wants_logprobs = bool(obj.get("logprobs"))
     wants_ids = bool(obj.get("return_token_ids"))
     obj["return_token_ids"] = True
@@ -45,8 +61,8 @@ def prepare_object(obj: dict[str, Any], limits: Limits) -> Prepared:
     if limits.model:
         obj["model"] = limits.model
     stream = bool(obj.get("stream"))
-    return Prepared(body=dumps(obj), changed=True, wants_token_ids=wants_ids, wants_logprobs=wants_logprobs,
-                    stream=stream, model=obj.get("model"))
+    return Prepared(body=dumps(obj), changed=True, rewritten=True, wants_token_ids=wants_ids,
+                    wants_logprobs=wants_logprobs, stream=stream, model=obj.get("model"))
 
 
 def strip_capture(obj: dict[str, Any], prep: Prepared) -> None:
@@ -121,9 +137,7 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
             finish_reason=choice.get("finish_reason"),
         )
         result.extra["usage"] = obj.get("usage")
-        obj = json.loads(upstream)
-        strip_capture(obj, prep)
-        result.response = obj
+        strip_capture(obj, prep)  # the extracted lists above stay referenced
         return result
     return assemble_stream(sse.iter_events(upstream), prep)
 

@@ -45,7 +45,8 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
         obj["model"] = limits.model
     # vLLM cannot run these in the background or keep them; the record is forge's store
     obj.pop("background", None)
-    return Prepared(body=dumps(obj), changed=True, wants_token_ids=wants_ids, wants_logprobs=wants_logprobs,
+    return Prepared(body=dumps(obj), changed=True, rewritten=True, wants_token_ids=wants_ids,
+                    wants_logprobs=wants_logprobs,
                     stream=bool(obj.get("stream")), model=obj.get("model"))
 
 
