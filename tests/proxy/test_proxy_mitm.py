@@ -187,7 +187,9 @@ def test_kill_9_under_load_loses_no_answered_call(fake_upstream: FakeUpstream, t
     threads = [threading.Thread(target=load, args=(w,)) for w in range(8)]
     for t in threads:
         t.start()
-    time.sleep(3.0)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(answered) < 40:  # under load, mid-stream (busy machines: slower)
+        time.sleep(0.2)
     os.kill(proxy.process.pid, signal.SIGKILL)
     proxy.process.wait()
     stop.set()
@@ -197,7 +199,7 @@ def test_kill_9_under_load_loses_no_answered_call(fake_upstream: FakeUpstream, t
     assert n_answered > 20
     restarted = start_proxy(fake_upstream.url, store=store, max_output_tokens=0)
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             conn = sqlite3.connect(store)
             stored = conn.execute("SELECT COUNT(*) FROM calls WHERE rollout_id = ? AND status = 'ok'",
@@ -207,7 +209,8 @@ def test_kill_9_under_load_loses_no_answered_call(fake_upstream: FakeUpstream, t
             conn.close()
             time.sleep(0.5)
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert stored >= n_answered, (stored, n_answered)
+        statuses = conn.execute("SELECT status, COUNT(*) FROM calls GROUP BY status").fetchall()
+        assert stored >= n_answered, (stored, n_answered, statuses)
         assert restarted.health()["ok"]
     finally:
         restarted.stop()
