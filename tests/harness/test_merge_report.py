@@ -1,0 +1,84 @@
+"""benchmarks/merge_report.py on run directories written through the real trace store: the merge share per
+harness (next prompt starts with previous prompt + completion), segments, the baseline column, --json."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from forge_cli.traces.record import CallRecord
+from forge_cli.traces.store import CALL_FIELDS, insert_calls, open_store, upsert_rollout
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("merge_report", ROOT / "benchmarks" / "merge_report.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["merge_report"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+mr = _module()
+
+
+def _run_dir(tmp_path: Path, name: str, harness: str, rollouts: dict[str, list[tuple[list[int], list[int]]]],
+             wire: str = "chat") -> Path:
+    run_dir = tmp_path / name
+    conn = open_store(run_dir / "traces.sqlite")
+    for rid, calls in rollouts.items():
+        upsert_rollout(conn, {"rollout_id": rid, "harness": harness, "created": 0.0})
+        rows = []
+        for seq, (prompt, completion) in enumerate(calls):
+            record = CallRecord(rollout_id=rid, seq=seq, wire_format=wire, status="ok" if prompt else "upstream_error",
+                                prompt_token_ids=prompt or None, completion_token_ids=completion or None)
+            data = record.to_dict()
+            rows.append(tuple(json.dumps(data[f]) if f in ("prompt_token_ids", "completion_token_ids")
+                              and data[f] is not None else data[f] for f in CALL_FIELDS))
+        insert_calls(conn, rows)
+    conn.commit()
+    conn.close()
+    (run_dir / "summary.json").write_text(json.dumps({"harness": harness}))
+    return run_dir
+
+
+def test_merge_share_segments_and_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # react: append-only, 3 calls that each extend the previous one
+    react = _run_dir(tmp_path, "react", "react", {
+        "r0": [([1, 2], [3]), ([1, 2, 3, 4], [5]), ([1, 2, 3, 4, 5, 6], [7])]})
+    # other: one extension, one rewrite that keeps the previous prompt only, one fresh start (title call
+    # first), and a failed call without ids that breaks the chain
+    other = _run_dir(tmp_path, "other", "other", {
+        "o0": [([9], [8]), ([1, 2], [3]), ([1, 2, 3, 6], [4]), ([1, 2, 3, 6, 9], [5])],
+        "o1": [([1], [2]), ([], []), ([1, 2, 3], [4])]}, wire="responses")
+    stats = mr.analyse([react, other])
+    assert stats["react"].merge_share == 1.0 and stats["react"].segments == 1 and stats["react"].calls == 3
+    st = stats["other"]
+    assert (st.rollouts, st.calls, st.calls_without_ids, st.transitions) == (2, 6, 1, 3)
+    assert st.merged == 1 and st.prompt_prefix == 2 and st.segments == 5
+    assert st.wire_formats == {"responses"}
+
+    out = tmp_path / "report.json"
+    assert mr.main([str(react), str(other), "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "baseline" in table and "-67 pts" in table and "33%" in table
+    assert json.loads(out.read_text())["other"]["merge_share"] == pytest.approx(1 / 3)
+
+
+def test_without_the_baseline_harness_the_table_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _run_dir(tmp_path, "solo", "pi", {"p0": [([1], [2])]})
+    assert mr.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "n/a" in out and "no 'react' rollouts" in out
+
+
+def test_not_a_run_directory(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"no traces\.sqlite"):
+        mr.main([str(tmp_path)])
