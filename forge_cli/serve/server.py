@@ -249,10 +249,13 @@ def log_tail(path: Path, lines: int = 20) -> str:
 def _progress(path: Path) -> str:
     """A short phrase for what vLLM is doing, from its latest log line."""
     try:
-        last = path.read_text(errors="replace").strip().splitlines()[-1]
-    except (OSError, IndexError):
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
         return "starting"
-    message = last.split("]", 1)[-1].strip() if "]" in last else last.strip()
+    logged = [line for line in lines if " INFO " in line and "]" in line]
+    if not logged:
+        return "starting"
+    message = logged[-1].split("]", 1)[1].strip()
     return message[:100] or "starting"
 
 
