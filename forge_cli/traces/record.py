@@ -76,6 +76,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 JSON_COLUMNS = frozenset(n for n, _, a in COLUMNS if a == "json" or a.startswith("list<"))
 
 
+def _loads(text: str) -> Any:
+    """A JSON column's value; a body that was not valid JSON (forwarded unparsed, rejected upstream) stays text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 @dataclass(slots=True)
 class CallRecord:
     """One model call; JSON columns hold Python objects here, JSON text in the store."""
@@ -117,7 +125,7 @@ class CallRecord:
     def from_row(cls, row: dict[str, Any]) -> CallRecord:
         """From a store row (JSON text columns parsed)."""
         names = {f.name for f in fields(cls)}
-        values = {k: (json.loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v)
+        values = {k: (_loads(v) if k in JSON_COLUMNS and isinstance(v, str) else v)
                   for k, v in row.items() if k in names}
         if values.get("stream") is not None:
             values["stream"] = bool(values["stream"])

@@ -158,7 +158,7 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(g.request.port, 18998)  # sticky upstream marked unhealthy: next call moves
 
     async def test_bad_content_type_and_invalid_json(self) -> None:
-        for body, ctype, status in ((b'{"max_tokens": 1, x}', "application/json", 400), (b"{}", "text/plain", 415)):
+        for body, ctype, status in ((b'{"logprobs": true, x}', "application/json", 400), (b"{}", "text/plain", 415)):
             f = _flow(f"/r/{self.rid}/v1/chat/completions", body, self.key, ctype)
             self.addon.requestheaders(f)
             self.addon.request(f)

@@ -64,7 +64,8 @@ def test_bad_input_gets_clear_4xx_and_proxy_keeps_serving(proxy: ProxyHandle, ro
     before = proxy.metrics()
     cases = [
         (_post(rollout, b"{not json"), 400),
-        (_post(rollout, b'{"max_tokens": 1, oops}'), 400),
+        (_post(rollout, b'{"logprobs": true, oops}'), 400),
+        (_post(rollout, b'{"max_tokens": 1, oops}'), 400),  # not parsed by the proxy: the upstream says 400
         (_post(rollout, b"{}", headers={"content-type": "text/plain"}), 415),
         (_post(rollout, b'{"x": "' + b"a" * (2 << 20) + b'"}'), 413),
         (httpx.post(proxy.url + "/v1/chat/completions", json={}, timeout=10), 404),
@@ -82,7 +83,9 @@ def test_bad_input_gets_clear_4xx_and_proxy_keeps_serving(proxy: ProxyHandle, ro
     for kind in ("bad_request", "content_type", "body_too_large", "unknown_route", "unauthorized", "header_too_large"):
         assert f'forge_proxy_errors_total{{kind="{kind}"}}' in after, kind
     assert before != after
-    assert [c["status"] for c in proxy.calls(rollout["rollout_id"])] == ["ok"]
+    calls = proxy.calls(rollout["rollout_id"])  # the unparsed invalid body reached the upstream, which said 400
+    assert [(c["status"], c["http_status"]) for c in calls] == [("upstream_error", 400), ("ok", 200)]
+    assert calls[0]["request"] == '{"max_tokens": 1, oops}'  # kept as text
 
 
 def test_upstream_500_and_timeout(proxy: ProxyHandle, rollout: dict[str, Any]) -> None:

@@ -29,9 +29,18 @@ def test_chat_slow_path_clamps_and_remembers_what_client_asked() -> None:
     assert json.loads(plain.body)["logprobs"] is True and not plain.rewritten and not plain.wants_logprobs
 
 
+def test_chat_reads_limits_without_parsing() -> None:
+    body = b'{"model": "m", "max_tokens": 32000, "messages": [{"role": "user", "content": "\\"max_tokens\\": 1"}]}'
+    prep = chat.prepare(body, Limits(max_output_tokens=8192))
+    assert json.loads(prep.body)["max_tokens"] == 8192 and prep.rewritten
+    nested = json.dumps({"tools": [{"schema": {"n": 3}}], "max_tokens": 5, "n": 1}).encode()
+    parsed = chat.prepare(nested, Limits(8192))  # two "n" keys: ambiguous, so parsed (top-level n=1 is fine)
+    assert parsed.body.startswith(nested[:-1]) and json.loads(parsed.body)["return_token_ids"] is True
+
+
 def test_chat_rejects_invalid_json_on_slow_path() -> None:
     try:
-        chat.prepare(b'{"max_tokens": 3, oops}', Limits())
+        chat.prepare(b'{"logprobs": true, oops}', Limits())
     except BadRequest as exc:
         assert exc.status == 400
     else:

@@ -9,25 +9,53 @@ from typing import Any
 from forge_cli.proxy.wire import sse
 from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, clamp, dumps, load_object
 
-# keys whose presence means the request needs a real parse (client asked for capture, or a limit to clamp)
-_NEEDS_PARSE = re.compile(rb'"(?:logprobs|top_logprobs|return_token_ids|max_tokens|max_completion_tokens|n)"')
+# keys whose presence means the request needs a real parse (the client asked for capture itself)
+_NEEDS_PARSE = re.compile(rb'"(?:logprobs|top_logprobs|return_token_ids)"')
+# numeric keys read without parsing when they occur once: an unescaped '"key"' can only be an object key
+# (inside JSON strings quotes are escaped), so one occurrence is the top-level key or a nested one with no
+# top-level key beside it -- either way the clamp decision below is right
+_NUMERIC = {key: re.compile(rb'"' + key + rb'"\s*:\s*(-?\d+)\s*[,}]')
+            for key in (b"max_tokens", b"max_completion_tokens", b"n")}
 _CAPTURE = b'"return_token_ids":true,"logprobs":true'
+
+
+def _scan_numbers(text: bytes) -> dict[str, int] | None:
+    """The numeric keys that matter, read from the bytes; ``None`` when that is ambiguous (then parse)."""
+    found: dict[str, int] = {}
+    for key, pattern in _NUMERIC.items():
+        count = text.count(b'"' + key + b'"')
+        if count == 0:
+            continue
+        match = pattern.search(text)
+        if count > 1 or match is None:
+            return None
+        found[key.decode()] = int(match.group(1))
+    return found
 
 
 def prepare(body: bytes, limits: Limits) -> Prepared:
     """Ask the upstream for prompt/completion token ids and logprobs; clamp output limits.
 
-    The client's bytes are never re-serialised (50 KB bodies are common): without any key that needs a
-    look, the capture fields are spliced in after the opening brace, unparsed (the upstream validates
-    the JSON as it would have anyway); otherwise the body is parsed (validated, facts read) and the
-    overriding fields are appended before the closing brace. Duplicate keys resolve to the last one in
+    The client's bytes are never re-serialised (50 KB bodies are common). Unless the client asked for
+    capture fields itself, the body is not even parsed: output limits are read from the bytes, the
+    capture fields spliced in (the upstream validates the JSON as it would have anyway). Otherwise the
+    body is parsed (validated, facts read) and the overriding fields are appended before the closing
+    brace. Duplicate keys resolve to the last one in
     the upstream's JSON parsing (Python's ``json``, as vLLM uses), so appended values win.
     """
     text = body.strip()
+    numbers = None
     if not limits.model and text[:1] == b"{" and text[-1:] == b"}" and not _NEEDS_PARSE.search(text):
+        numbers = _scan_numbers(text)
+    if numbers is not None and numbers.get("n", 1) == 1:
+        clamped = {k: clamp(v, limits.max_output_tokens) for k, v in numbers.items() if k != "n"}
+        clamped = {k: v for k, v in clamped.items() if v != numbers[k]}
         inner = text[1:].lstrip()
-        glue = b"" if inner[:1] == b"}" else b","
-        return Prepared(body=b"{" + _CAPTURE + glue + inner, changed=True)
+        if not clamped:
+            glue = b"" if inner[:1] == b"}" else b","
+            return Prepared(body=b"{" + _CAPTURE + glue + inner, changed=True)
+        head = text[:-1].rstrip()
+        return Prepared(body=head + b"," + _CAPTURE + b"," + dumps(clamped)[1:], changed=True, rewritten=True)
     obj = load_object(body)
     _check_n(obj)
     overrides: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
