@@ -31,9 +31,13 @@ from forge_cli.rollout.services import capture_proxy, policy_server
 from forge_cli.runtime.registry import cleanup
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM ends a run like Ctrl-C: sandboxes stopped, proxy and policy server shut down."""
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 def ensure_bundle(exp: Experiment) -> None:
@@ -76,8 +80,9 @@ def execute(exp: Experiment, data: dict[str, Any], *, quiet: bool = False) -> di
             ctx = RunContext(exp=exp, run_id=run_id, run_dir=run_dir, proxy=proxy, endpoint=endpoint)
             results = asyncio.run(run_all(ctx, jobs, exp.rollout.concurrency, log,
                                           on_start=progress.started, on_result=progress.finished))
-    except KeyboardInterrupt:
-        raise UserError(f"interrupted; finished rollouts are in {run_dir / 'results.jsonl'}, every recorded call "
+    except KeyboardInterrupt as stop:
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted (Ctrl-C)"
+        raise UserError(f"{how}; finished rollouts are in {run_dir / 'results.jsonl'}, every recorded call "
                         f"in {run_dir / 'traces.sqlite'}", exit_code=130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
