@@ -75,7 +75,8 @@ def vllm_side(overrides: list[str], max_tokens: int, levels: list[int], restart:
     started = time.perf_counter()
     server = start_server(model, port=0, log=lambda m: print(f"  {m}", file=sys.stderr))
     result: dict[str, Any] = {"startup_s": time.perf_counter() - started, "tok_s": {},
-                              "model_dir": str(server.launch.model_path)}
+                              "model_dir": str(server.launch.model_path),
+                              "dtype": server.launch.argv[server.launch.argv.index("--dtype") + 1]}
     try:
         for level in levels:
             requests = max(2 * level, 4)
@@ -111,7 +112,8 @@ def table(vllm: dict[str, Any], hf: dict[str, Any] | None, levels: list[int], ma
         ratio = "" if not theirs else (f"{ours / theirs:.1f}x" if higher_better else f"{theirs / ours:.2f}x")
         theirs_text = f"{theirs:.2f}" if theirs is not None else "-"
         lines.append(f"{name:34} {ours:>19.2f} {theirs_text:>13} {ratio:>8}")
-    lines.append(f"(ratio: how many times better vLLM is; {max_tokens} tokens per request; transformers: "
+    lines.append(f"(ratio: how many times better vLLM is; {max_tokens} tokens per request; vLLM: {vllm['dtype']}; "
+                 "transformers: "
                  f"{hf['dtype'] if hf else '?'}, {hf['threads'] if hf else '?'} torch thread(s); machine load "
                  f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     return "\n".join(lines)
@@ -126,7 +128,7 @@ def main() -> None:
     parser.add_argument("--hf-threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
                         help="torch threads for transformers (default: the cores vLLM's CPU worker computes on, "
                         "all but one)")
-    parser.add_argument("--hf-dtype", default="bfloat16", help="transformers dtype (default: the served one)")
+    parser.add_argument("--hf-dtype", default=None, help="transformers dtype (default: the one vLLM serves in)")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
     parser.add_argument("overrides", nargs="*", help="experiment overrides selecting the model, e.g. model=vllm ...")
     args = parser.parse_args()
@@ -144,7 +146,11 @@ def main() -> None:
     hf = None
     if not args.skip_baseline:
         print("transformers generate baseline ...", file=sys.stderr)
-        hf = hf_baseline(prepared.path, args.max_tokens, levels, args.hf_threads, args.hf_dtype)
+        from forge_cli.serve.server import serving_dtype
+
+        dtype = args.hf_dtype or serving_dtype(model)  # type: ignore[arg-type]
+        dtype = "bfloat16" if dtype == "auto" else dtype
+        hf = hf_baseline(prepared.path, args.max_tokens, levels, args.hf_threads, dtype)
     print("vLLM ...", file=sys.stderr)
     ours = vllm_side(args.overrides, args.max_tokens, levels, args.restart)
     if args.json:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from forge_cli.paths import env_python
-from forge_cli.serve.server import LOOPBACK, Launch, build_launch
+from forge_cli.serve.server import LOOPBACK, Launch, build_launch, cpu_has_native_bf16
 
 RENDER = textwrap.dedent("""
     import json, sys
@@ -89,7 +89,8 @@ def test_launch_flags_for_the_default_model(model_dir: Path) -> None:
     argv = launch.argv
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--host") + 1] == LOOPBACK and argv[argv.index("--port") + 1] == "8123"
-    assert "--enforce-eager" in argv and argv[argv.index("--dtype") + 1] == "bfloat16"
+    expected_dtype = "bfloat16" if cpu_has_native_bf16() else "float32"  # dtype: auto on CPU
+    assert "--enforce-eager" in argv and argv[argv.index("--dtype") + 1] == expected_dtype
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
     assert argv[argv.index("--chat-template") + 1] == str(model_dir / "chat_template.jinja")
     assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "2"  # whole GiB, rounded up
