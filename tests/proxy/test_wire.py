@@ -129,3 +129,15 @@ def test_responses_stream_assemble_and_strip() -> None:
     assembled = responses.assemble(raw, True, prep)
     assert assembled.prompt_token_ids == fake.PROMPT_IDS and assembled.completion_token_ids == fake.TOKENS
     assert len(assembled.completion_logprobs or []) == 4
+
+
+def test_null_logprob_from_vllm_keeps_the_call() -> None:
+    """vLLM streams ``"logprob": null`` for a non-finite value (seen with OpenClaw's real request on CPU float32):
+    the call keeps its token ids, that logprob is NaN."""
+    req = {"model": "m", "stream": True, "return_token_ids": True, "logprobs": True}
+    raw = b"".join(fake.chat_events(req)).replace(b'"logprob": -0.5', b'"logprob": null', 1)
+    assert b'"logprob": null' in raw
+    assembled = chat.assemble(raw, True, Prepared(body=b"", changed=True))
+    assert assembled.complete and assembled.completion_token_ids == fake.TOKENS
+    values = assembled.completion_logprobs or []
+    assert len(values) == len(fake.TOKENS) and sum(v != v for v in values) == 1

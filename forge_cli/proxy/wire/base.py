@@ -83,3 +83,10 @@ def anthropic_error(status: int, message: str, kind: str) -> bytes:
     names = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
              404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
     return dumps({"type": "error", "error": {"type": names.get(status, "api_error"), "message": f"{kind}: {message}"}})
+
+
+def logprob(entry: dict[str, Any]) -> float:
+    """A sampled token's logprob; vLLM sends ``null`` where the value is not finite (NaN): kept as NaN so the
+    call keeps its token ids instead of failing to parse."""
+    value = entry.get("logprob", 0.0)
+    return float("nan") if value is None else float(value)

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from forge_cli.proxy.wire import sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, clamp, dumps, load_object
+from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, clamp, dumps, load_object, logprob
 
 # keys whose presence means the request needs a real parse (the client asked for capture itself)
 _NEEDS_PARSE = re.compile(rb'"(?:logprobs|top_logprobs|return_token_ids)"')
@@ -149,7 +149,7 @@ class ClientStream:
 
 def _logprob_values(logprobs: Any) -> list[float]:
     content = (logprobs or {}).get("content") if isinstance(logprobs, dict) else None
-    return [float(e.get("logprob", 0.0)) for e in content or ()]
+    return [logprob(e) for e in content or ()]
 
 
 def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
@@ -234,7 +234,7 @@ def assemble_stream(events: list[bytes], prep: Prepared) -> Assembled:
         response=response,
         prompt_token_ids=prompt_ids,
         completion_token_ids=token_ids,
-        completion_logprobs=[float(e.get("logprob", 0.0)) for e in logprob_entries],
+        completion_logprobs=[logprob(e) for e in logprob_entries],
         finish_reason=finish,
         complete=done,
     )

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from forge_cli.proxy.wire import sse
-from forge_cli.proxy.wire.base import Assembled, Limits, Prepared, clamp, dumps, load_object
+from forge_cli.proxy.wire.base import Assembled, Limits, Prepared, clamp, dumps, load_object, logprob
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # what vLLM's ResponsesRequest accepts in ``include``; anything else is dropped
@@ -116,7 +116,7 @@ def extract(response: dict[str, Any]) -> Assembled:
     prompt = [t for m in response.get("input_messages") or () for t in (m.get("tokens") or ())]
     completion = [t for m in response.get("output_messages") or () for t in (m.get("tokens") or ())]
     logprobs = [
-        float(lp.get("logprob", 0.0))
+        logprob(lp)
         for item in response.get("output") or ()
         if isinstance(item, dict)
         for part in item.get("content") or ()
