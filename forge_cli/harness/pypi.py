@@ -15,9 +15,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from forge_cli.checksums import sha256_file
 from forge_cli.config.schema import HarnessConfig
 from forge_cli.errors import UserError
-from forge_cli.harness.proc import StepFailed, run, sha256_file
+from forge_cli.harness.proc import StepFailed, run
 from forge_cli.paths import forge_home
 
 PYTHON_TAG = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -9,7 +9,6 @@ model config into the directory and chat template to serve.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from forge_cli.checksums import sha256_file
 from forge_cli.config.schema import SmolModel, VllmModel
 from forge_cli.errors import UserError
 from forge_cli.paths import env_dir, env_python, models_dir
@@ -41,12 +41,6 @@ class PreparedModel:
     converted: bool = False
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def vllm_python() -> Path:
@@ -86,15 +80,15 @@ def _manifest_ok(directory: Path, full: bool) -> bool:
         path = directory / name
         if not path.is_file() or path.stat().st_size != entry["size"]:
             return False
-        if full and sha256(path) != entry["sha256"]:
+        if full and sha256_file(path) != entry["sha256"]:
             return False
     return bool(manifest.get("files"))
 
 
 def _write_manifest(directory: Path, source: Path, verified: dict[str, object]) -> None:
-    files = {p.name: {"size": p.stat().st_size, "sha256": sha256(p)}
+    files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)}
              for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST}
-    manifest = {"format": FORMAT_VERSION, "source": str(source), "source_sha256": sha256(source),
+    manifest = {"format": FORMAT_VERSION, "source": str(source), "source_sha256": sha256_file(source),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "verified": verified, "files": files}
     tmp = directory / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
@@ -108,7 +102,7 @@ def _refresh_template(directory: Path) -> None:
         return
     shutil.copyfile(TEMPLATE, target)
     manifest = json.loads((directory / MANIFEST).read_text())
-    manifest["files"]["chat_template.jinja"] = {"size": target.stat().st_size, "sha256": sha256(target)}
+    manifest["files"]["chat_template.jinja"] = {"size": target.stat().st_size, "sha256": sha256_file(target)}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 

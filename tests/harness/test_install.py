@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from forge_cli.checksums import sha256_file
 from forge_cli.harness.bundles import dedupe, fix_exec_bits, tree_stats
 from forge_cli.harness.node_runtime import NODE_VERSION, satisfies, version_tuple
-from forge_cli.harness.proc import SYSTEM_PATH, sha256_file
+from forge_cli.harness.proc import SYSTEM_PATH
 from forge_cli.paths import configs_dir
 from tests.helpers import forge
 
