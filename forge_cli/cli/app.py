@@ -7,7 +7,19 @@ import sys
 import typer
 
 from forge_cli import __version__
-from forge_cli.cli import config_cmd, doctor_cmd, harness_cmd, image_cmd, k8s_cmd, rollout_cmd, sandbox_cmd
+from forge_cli.cli import (
+    config_cmd,
+    doctor_cmd,
+    harness_cmd,
+    image_cmd,
+    k8s_cmd,
+    model_cmd,
+    proxy_cmd,
+    rollout_cmd,
+    sandbox_cmd,
+    serve_cmd,
+    traces_cmd,
+)
 from forge_cli.errors import ConfigError, UserError
 
 app = typer.Typer(
@@ -27,10 +39,10 @@ app.add_typer(image_cmd.app, name="image")
 app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
 app.command("doctor")(doctor_cmd.doctor)
-app.command("proxy")(__import__("forge_cli.cli.proxy_cmd", fromlist=["proxy"]).proxy)
-app.add_typer(__import__("forge_cli.cli.traces_cmd", fromlist=["app"]).app, name="traces")
-app.command("serve")(__import__("forge_cli.cli.serve_cmd", fromlist=["serve"]).serve)
-app.add_typer(__import__("forge_cli.cli.model_cmd", fromlist=["app"]).app, name="model")
+app.command("proxy")(proxy_cmd.proxy)
+app.add_typer(traces_cmd.app, name="traces")
+app.command("serve")(serve_cmd.serve)
+app.add_typer(model_cmd.app, name="model")
 
 
 def _version(value: bool) -> None:
