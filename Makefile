@@ -1,5 +1,5 @@
 # The two commands a newcomer needs (see README.md). Both install whatever is missing first.
-.PHONY: run test lint
+.PHONY: run test test-e2e lint
 
 # the main job on the embedded defaults: react harness x builtin tasks x local sandboxes, SmolLM2 on vLLM
 run:
@@ -11,7 +11,12 @@ test:
 	scripts/setup.sh all
 	.venv/bin/ruff check forge_cli tests benchmarks scripts
 	.venv/bin/mypy
-	.venv/bin/pytest
+	.venv/bin/pytest -m "not e2e"
+
+# the real-harness end-to-end suite (every harness bundle, docker, vLLM with a 32k context; ~30+ min on 2 cores)
+test-e2e:
+	scripts/setup.sh all harnesses
+	.venv/bin/pytest -m e2e -s
 
 lint:
 	.venv/bin/ruff check forge_cli tests benchmarks scripts

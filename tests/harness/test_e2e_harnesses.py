@@ -37,7 +37,7 @@ from forge_cli.paths import forge_home
 from tests.conftest import SERVED_CONTEXT
 from tests.helpers import REPO
 
-pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
 # harness -> the wire format the proxy must record its calls in
 WIRE = {"openclaw": "chat", "codex": "responses", "claude-code": "anthropic", "pi": "chat", "opencode": "chat",
