@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def proxy(
@@ -31,6 +36,9 @@ def proxy(
     typer.echo(f"  log:         {handle.log_file}")
     typer.echo(f"  register a rollout: curl -s -X POST -H \"authorization: Bearer $(cat {handle.token_file})\" "
                f"{handle.url}/forge/v1/rollouts -d '{{\"task\": \"demo\"}}'")
+    # explicit handlers: a shell's background job inherits SIGINT as ignored, and SIGTERM must flush too
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     try:
         while handle.alive():
             time.sleep(0.5)

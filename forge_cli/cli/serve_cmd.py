@@ -43,6 +43,8 @@ def serve(
     model = load(overrides, config_dir).experiment.model
     if not detach:  # SIGTERM during start-up too stops vLLM (start_server cleans up on the interrupt)
         signal.signal(signal.SIGTERM, _raise_interrupt)
+        # a shell's background job inherits SIGINT as ignored: Ctrl-C / kill -INT must still stop vLLM
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
     with console.status("starting vLLM", spinner="dots") as status:
         def progress(message: str) -> None:

@@ -72,6 +72,8 @@ def execute(exp: Experiment, data: dict[str, Any], *, quiet: bool = False) -> di
     started = time.monotonic()
     log = ResultLog(run_dir / "results.jsonl")
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    # a shell's background job inherits SIGINT as ignored: Ctrl-C / kill -INT must still stop the run
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with progress, policy_server(exp, progress.say) as upstream, \
                 capture_proxy(exp, upstream, run_dir / "traces.sqlite") as (proxy, endpoint):
@@ -86,6 +88,7 @@ def execute(exp: Experiment, data: dict[str, Any], *, quiet: bool = False) -> di
                         f"in {run_dir / 'traces.sqlite'}", exit_code=130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         log.close()
         with contextlib.suppress(Exception):
             asyncio.run(cleanup(run_id, exp.runtime))
