@@ -69,35 +69,6 @@ def chat_events(req: dict[str, Any]) -> list[bytes]:
     return [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
 
 
-def responses_json(req: dict[str, Any]) -> dict[str, Any]:
-    lp = [{"token": t, "logprob": -0.25 * (i + 1), "bytes": [], "top_logprobs": []} for i, t in enumerate(TEXT)]
-    want_lp = "message.output_text.logprobs" in (req.get("include") or [])
-    out: dict[str, Any] = {
-        "id": "resp_fake", "object": "response", "created_at": 1, "model": req.get("model"), "status": "completed",
-        "output": [{"id": "msg_fake", "type": "message", "role": "assistant", "status": "completed",
-                    "content": [{"type": "output_text", "text": "".join(TEXT), "annotations": [],
-                                 "logprobs": lp if want_lp else None}]}],
-        "usage": {"input_tokens": len(PROMPT_IDS), "output_tokens": 4, "total_tokens": 36},
-    }
-    if req.get("enable_response_messages"):
-        out["input_messages"] = [{"message": "prompt", "tokens": PROMPT_IDS, "type": "raw_message_tokens"}]
-        out["output_messages"] = [{"message": "".join(TEXT), "tokens": TOKENS, "type": "raw_message_tokens"}]
-    return out
-
-
-def responses_events(req: dict[str, Any]) -> list[bytes]:
-    final = responses_json(req)
-    events: list[tuple[str, dict[str, Any]]] = [("response.created", {"type": "response.created",
-                                                  "response": {**final, "status": "in_progress", "output": []}})]
-    for i, piece in enumerate(TEXT):
-        events.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_fake",
-                                                      "output_index": 0, "content_index": 0, "delta": piece,
-                                                      "logprobs": [final["output"][0]["content"][0]["logprobs"][i]]
-                                                      if final["output"][0]["content"][0]["logprobs"] else []}))
-    events.append(("response.completed", {"type": "response.completed", "response": final}))
-    return [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-
-
 def _head(status: int, ctype: str, length: int | None) -> bytes:
     reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 400: "Bad Request"}.get(status, "OK")
     lines = [f"HTTP/1.1 {status} {reason}", f"content-type: {ctype}"]
@@ -155,8 +126,6 @@ class Upstream(asyncio.Protocol):
             return
         if path == "/v1/chat/completions":
             events, payload = (chat_events(req), None) if req.get("stream") else (None, chat_json(req))
-        elif path == "/v1/responses":
-            events, payload = (responses_events(req), None) if req.get("stream") else (None, responses_json(req))
         else:
             self.send_json(404, {"error": {"message": f"no route {path}", "code": 404}})
             return

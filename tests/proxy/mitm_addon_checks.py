@@ -148,6 +148,57 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         row = await self._streamed("response", cut=3)
         self.assertEqual(row["status"], "incomplete")
 
+    async def _responses_streamed(self, end: str) -> tuple[bytes, sqlite3.Row]:
+        f = self.forward({"model": "m", "input": "hi", "stream": True, "store": False}, path="/v1/responses")
+        sent = json.loads(f.request.content)
+        self.assertEqual(f.request.path, "/v1/chat/completions")
+        self.assertEqual((sent["messages"], sent["max_tokens"], sent["logprobs"]), ([{"role": "user", "content": "hi"}],
+                                                                                    100, True))
+        out = self.stream(f, fake.chat_events({**sent, "model": "m"}))
+        if end == "response":
+            f.response.stream(b"")
+            self.addon.response(f)
+        else:
+            f.error = mflow.Error("Client disconnected.")
+            self.addon.error(f)
+        (row,) = await self.rows()
+        return out, row
+
+    async def test_responses_stream_translated_then_either_hook(self) -> None:
+        for end in ("response", "error"):  # Codex may close right after response.completed
+            with self.subTest(end=end):
+                out, row = await self._responses_streamed(end)
+                self.assertTrue(out.startswith(b"event: response.created\n"), out[:200])
+                self.assertIn(b"event: response.completed\n", out)
+                self.assertNotIn(b"token_ids", out)
+                self.assertEqual((row["status"], row["wire_format"]), ("ok", "responses"))
+                self.assertEqual(json.loads(row["completion_token_ids"]), fake.TOKENS)
+                self.assertEqual(len(json.loads(row["completion_logprobs"])), len(fake.TOKENS))
+                response = json.loads(row["response"])
+                self.assertEqual(response["output"][0]["content"][0]["text"], "Hello, world!")
+                self.assertIn("messages", json.loads(row["upstream_request"]))
+                conn = sqlite3.connect(self.store)
+                conn.execute("DELETE FROM calls")
+                conn.commit()
+                conn.close()
+
+    async def test_responses_non_streamed_and_refused(self) -> None:
+        f = self.forward({"model": "m", "input": [{"role": "user", "content": "hi"}]}, path="/v1/responses")
+        upstream = json.dumps(fake.chat_json({**json.loads(f.request.content), "model": "m"})).encode()
+        f.response = http.Response.make(200, upstream, {"content-type": "application/json"})
+        self.addon.responseheaders(f)
+        self.addon.response(f)
+        client = json.loads(f.response.content)
+        self.assertEqual((client["object"], client["output"][0]["content"][0]["text"]), ("response", "Hello, world!"))
+        g = _flow(f"/r/{self.rid}/v1/responses", {"model": "m", "input": "x", "previous_response_id": "resp_1"},
+                  self.key)
+        self.addon.requestheaders(g)
+        self.addon.request(g)
+        self.assertEqual(g.response.status_code, 400)
+        self.assertIn(b"previous_response_id", g.response.content)
+        (row,) = await self.rows()
+        self.assertEqual((row["status"], row["completion_tokens"]), ("ok", 4))
+
     async def test_upstream_connect_failure_is_upstream_error_and_fails_over(self) -> None:
         f = self.forward({"model": "m", "messages": []})
         f.error = mflow.Error("Connection refused")

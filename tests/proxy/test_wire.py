@@ -1,10 +1,11 @@
-"""Wire-format logic without a proxy: token-capture injection, stripping, SSE assembly, Anthropic translation."""
+"""Wire-format logic without a proxy: token-capture injection, stripping, SSE assembly, Anthropic translation
+(the Responses translation: test_wire_responses.py)."""
 
 from __future__ import annotations
 
 import json
 
-from forge_cli.proxy.wire import anthropic, chat, responses, sse
+from forge_cli.proxy.wire import anthropic, chat, sse
 from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared
 from tests.proxy import fake_upstream as fake
 
@@ -105,30 +106,6 @@ def test_anthropic_stream_translation_with_tool_call() -> None:
     assert stream.done
     message = anthropic.assemble(raw, True, Prepared(body=b"", changed=True)).response
     assert message["content"][0]["type"] == "tool_use" and message["stop_reason"] == "tool_use"
-
-
-def test_responses_normalises_codex_fields() -> None:
-    req = {"model": "m", "input": "hi", "include": ["reasoning.encrypted_content", "bogus"], "store": False,
-           "tools": [{"type": "function", "name": "f", "parameters": {}}, {"type": "web_search"}],
-           "max_output_tokens": 100000}
-    prep = responses.prepare(json.dumps(req).encode(), Limits(max_output_tokens=8192))
-    out = json.loads(prep.body)
-    assert out["include"] == ["reasoning.encrypted_content", "message.output_text.logprobs"]
-    assert [t["type"] for t in out["tools"]] == ["function"] and out["max_output_tokens"] == 8192
-    assert out["enable_response_messages"] is True and not prep.wants_logprobs
-
-
-def test_responses_stream_assemble_and_strip() -> None:
-    req = {"model": "m", "stream": True, "enable_response_messages": True,
-           "include": ["message.output_text.logprobs"]}
-    raw = b"".join(fake.responses_events(req))
-    prep = Prepared(body=b"", changed=True)
-    stream = responses.ClientStream(prep)
-    out = stream.feed(raw)
-    assert stream.done and b"input_messages" not in out and b'"logprob"' not in out
-    assembled = responses.assemble(raw, True, prep)
-    assert assembled.prompt_token_ids == fake.PROMPT_IDS and assembled.completion_token_ids == fake.TOKENS
-    assert len(assembled.completion_logprobs or []) == 4
 
 
 def test_null_logprob_from_vllm_keeps_the_call() -> None:

@@ -11,12 +11,13 @@ from typing import Literal
 
 Format = Literal["chat", "responses", "anthropic"]
 
-# upstream path each client path is served from (Anthropic Messages is served by translation)
+# upstream path each client path is served from (Responses and Anthropic Messages by translation to Chat
+# Completions: vLLM's own endpoints for them give no token ids or not a logprob for every token)
 _ROUTES: dict[str, tuple[Format, str]] = {
     "/v1/chat/completions": ("chat", "/v1/chat/completions"),
     "/chat/completions": ("chat", "/v1/chat/completions"),
-    "/v1/responses": ("responses", "/v1/responses"),
-    "/responses": ("responses", "/v1/responses"),
+    "/v1/responses": ("responses", "/v1/chat/completions"),
+    "/responses": ("responses", "/v1/chat/completions"),
     "/v1/messages": ("anthropic", "/v1/chat/completions"),
     "/messages": ("anthropic", "/v1/chat/completions"),
 }
