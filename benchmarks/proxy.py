@@ -9,6 +9,10 @@ the ratios the targets are about (forge >= 85% of bare mitmdump at 16 connection
 over direct at 1 connection), CPU per request of mitmdump (bare vs with forge's addon) and of forge's
 store writer process (robust to a busy machine, unlike req/s), and checks that every answered forge
 call is in the store.
+
+A fourth setup, ``core``, is forge's own proxy process without forge's addon (``forge_cli.proxy.main
+--core-only``: mitmproxy's proxy core with the few addons forge loads instead of mitmdump's ~35): forge
+minus core is what the addon itself costs; core minus direct is what mitmproxy's core costs here.
 """
 
 from __future__ import annotations
@@ -112,26 +116,33 @@ def main() -> int:
         totals *= len(conns)
 
     tmp = Path(tempfile.mkdtemp(prefix="forge-proxy-bench-"))
-    up_port, bare_port = free_port(), free_port()
+    up_port, bare_port, core_port = free_port(), free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests/proxy/fake_upstream.py"), str(up_port)])
     bare = subprocess.Popen([str(mitmdump_path()), "--mode", f"reverse:http://127.0.0.1:{up_port}@127.0.0.1:{bare_port}",
                              "--set", "connection_strategy=lazy", "--set", "flow_detail=0",
                              "--set", "termlog_verbosity=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    core = subprocess.Popen([str(mitmdump_path().with_name("python")), "-m", "forge_cli.proxy.main", "--core-only",
+                             "--mode", f"reverse:http://127.0.0.1:{up_port}@127.0.0.1:{core_port}",
+                             "--set", "connection_strategy=lazy", "--set", "termlog_verbosity=warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     forge = start_proxy(f"http://127.0.0.1:{up_port}", store=tmp / "traces.sqlite", max_output_tokens=0)
-    results: dict[str, list[dict[str, Any]]] = {"direct": [], "mitmdump": [], "forge": []}
+    results: dict[str, list[dict[str, Any]]] = {"direct": [], "mitmdump": [], "core": [], "forge": []}
     answered = 0
     try:
         _wait_port(up_port)
         _wait_port(bare_port)
+        _wait_port(core_port)
         rollout = forge.register(task="benchmark")
         forge_port = int(forge.url.rsplit(":", 1)[1])
         setups = {"direct": (up_port, "/v1/chat/completions", "x"),
                   "mitmdump": (bare_port, "/v1/chat/completions", "x"),
+                  "core": (core_port, "/v1/chat/completions", "x"),
                   "forge": (forge_port, f"/r/{rollout['rollout_id']}/v1/chat/completions", rollout["key"])}
         for port, path, key in setups.values():  # warm up connections, caches, the writer
             asyncio.run(_run(port, path, key, 4, args.warmup))
         answered += args.warmup
-        procs = {"direct": [upstream.pid], "mitmdump": [bare.pid], "forge": [forge.process.pid]}
+        procs = {"direct": [upstream.pid], "mitmdump": [bare.pid], "core": [core.pid], "forge": [forge.process.pid]}
         writer = _children(forge.process.pid)
         for n_conns, total in zip(conns, totals, strict=True):
             for name, (port, path, key) in setups.items():
@@ -160,21 +171,27 @@ def main() -> int:
     finally:
         forge.stop()
         bare.terminate()
+        core.terminate()
         upstream.terminate()
     print("\nratios")
     summary: dict[str, Any] = {"results": results}
     for i, n_conns in enumerate(conns):
-        f, b, d = results["forge"][i], results["mitmdump"][i], results["direct"][i]
+        f, b, c, d = results["forge"][i], results["mitmdump"][i], results["core"][i], results["direct"][i]
         ratio = f["rps"] / b["rps"]
         added = f["p50_ms"] - d["p50_ms"]
         summary[f"conns_{n_conns}"] = {"forge_over_mitmdump_rps": ratio, "added_p50_ms_vs_direct": added,
                                        "mitmdump_added_p50_ms_vs_direct": b["p50_ms"] - d["p50_ms"],
-                                       "addon_cpu_us_per_call": f["proxy_cpu_us"] - b["proxy_cpu_us"],
+                                       "core_added_p50_ms_vs_direct": c["p50_ms"] - d["p50_ms"],
+                                       "forge_over_core_rps": f["rps"] / c["rps"],
+                                       "addon_added_p50_ms_vs_core": f["p50_ms"] - c["p50_ms"],
+                                       "addon_cpu_us_per_call": f["proxy_cpu_us"] - c["proxy_cpu_us"],
                                        "writer_cpu_us_per_call": f["writer_cpu_us"]}
         print(f"  conns={n_conns:<3} forge/mitmdump throughput {ratio:6.1%}   forge added p50 vs direct "
-              f"{added:5.2f} ms (bare mitmdump adds {b['p50_ms'] - d['p50_ms']:5.2f} ms); addon CPU "
-              f"{f['proxy_cpu_us'] - b['proxy_cpu_us']:.0f} us/call on mitmdump's loop, "
-              f"writer {f['writer_cpu_us']:.0f} us/call")
+              f"{added:5.2f} ms (bare mitmdump adds {b['p50_ms'] - d['p50_ms']:5.2f} ms, the core alone "
+              f"{c['p50_ms'] - d['p50_ms']:5.2f} ms)")
+        print(f"            forge/core throughput {f['rps'] / c['rps']:6.1%}   the addon adds p50 "
+              f"{f['p50_ms'] - c['p50_ms']:5.2f} ms, CPU {f['proxy_cpu_us'] - c['proxy_cpu_us']:.0f} us/call on the "
+              f"proxy's loop + writer {f['writer_cpu_us']:.0f} us/call in its own process")
     lost = answered - stored
     summary.update({"answered": answered, "stored": stored, "stored_with_token_ids": with_ids, "lost": lost})
     print(f"  records: {answered} answered, {stored} stored ok ({with_ids} with token ids), lost {lost}")

@@ -1,7 +1,7 @@
 """forge's mitmproxy addon: serve ``/r/<rollout-id>/…`` model calls from the policy servers and record them.
 
-Run by mitmdump (``mitmdump -s forge_cli/proxy/addon.py --mode reverse:<upstream>@127.0.0.1:<port>``),
-inside mitmproxy's own virtual environment; the launcher (``launcher.py``) does this. Hooks stay small:
+Loaded by ``forge_cli.proxy.main`` (mitmproxy's proxy core in reverse mode, inside mitmproxy's own virtual
+environment; ``launcher.py`` starts it). Hooks stay small:
 routing, auth and token-capture rewriting happen on the event loop, record assembly and SQLite writes
 in a separate writer process (``forge_cli.traces.writer``).
 """
@@ -12,13 +12,9 @@ import asyncio
 import contextlib
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # loaded by path from mitmdump -s: make ``forge_cli`` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy.layers.http import _http1
@@ -436,5 +432,3 @@ def _upstream_message(raw: bytes) -> str:
             return str(obj["message"])
     return raw[:300].decode("utf-8", "replace")
 
-
-addons = [ForgeProxy()]

@@ -1,4 +1,4 @@
-"""Start forge's capture proxy as a mitmdump child process and talk to its control API.
+"""Start forge's capture proxy (``main.py``: mitmproxy's core + forge's addon) as a child process; talk to its API.
 
 ``start_proxy(...)`` returns a ``ProxyHandle`` (url, admin token, store path, register/finish/calls,
 pause/resume, weight version, stop). ``forge proxy``, ``forge rollout`` and the tests use it.
@@ -20,7 +20,6 @@ from typing import Any
 from forge_cli.errors import UserError
 from forge_cli.paths import env_dir, forge_home
 
-ADDON = Path(__file__).resolve().parent / "addon.py"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -161,7 +160,6 @@ def start_proxy(
         "connection_strategy": "lazy",
         "body_size_limit": f"{max_body_mb}m",
         "termlog_verbosity": "warn",
-        "flow_detail": "0",
         "forge_upstreams": ",".join(urls),
         "forge_store": str(store_path),
         "forge_admin_token_file": str(token_file),
@@ -171,7 +169,8 @@ def start_proxy(
         "forge_max_header_kb": str(max_header_kb),
         "forge_weight_version": weight_version,
     }
-    cmd = [str(mitmdump), "-s", str(ADDON), "--mode", f"reverse:{urls[0]}@{host}:{port}"]
+    cmd = [str(mitmdump.with_name("python")), "-m", "forge_cli.proxy.main",
+           "--mode", f"reverse:{urls[0]}@{host}:{port}"]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     cmd += extra_args or []
