@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge_cli.config.schema import DockerRuntime, Experiment, KubernetesRuntime, OpenAICompatibleModel, VllmModel
-from forge_cli.harness.bundle_paths import bundle_dir, is_installed
+from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
 from forge_cli.paths import env_dir
 
 
@@ -134,9 +134,13 @@ def check_harness(exp: Experiment) -> list[Check]:
         return [Check(f"harness {harness.name}", True, "shipped with forge")]
     if manager == "binary":
         path = harness.binary_path
-        ok = bool(path) and os.access(str(path), os.X_OK)
-        return [Check(f"harness {harness.name}", ok, f"{path}" if ok else f"binary not found ({path})",
-                      "" if ok else f"harness.binary_path=/path/to/{harness.entrypoint}")]
+        if path:
+            ok = os.path.isfile(path) and os.access(path, os.X_OK)
+            return [Check(f"harness {harness.name}", ok, path if ok else f"not an executable file ({path})",
+                          "" if ok else binary_fix(harness))]
+        ok = is_installed(harness)
+        return [Check(f"harness bundle {harness.name}", ok, str(bundle_dir(harness)) if ok else "not installed",
+                      "" if ok else binary_fix(harness))]
     checks = [Check(f"harness bundle {harness.name}", is_installed(harness),
                     str(bundle_dir(harness)) if is_installed(harness) else "not installed",
                     "" if is_installed(harness) else f"forge harness install {harness.name}")]

@@ -23,3 +23,9 @@ def manifest_path(harness: HarnessConfig) -> Path:
 
 def is_installed(harness: HarnessConfig) -> bool:
     return manifest_path(harness).is_file()
+
+
+def binary_fix(harness: HarnessConfig) -> str:
+    """How to hand forge the program of a harness that no package registry carries (zeroclaw)."""
+    return (f"download the {harness.entrypoint} binary from its project's releases, then run "
+            f"`forge harness install {harness.name} --binary PATH` once, or add harness.binary_path=PATH to the run")

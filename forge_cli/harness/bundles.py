@@ -36,7 +36,7 @@ from forge_cli.checksums import sha256_file
 from forge_cli.config.schema import HarnessConfig
 from forge_cli.errors import UserError
 from forge_cli.harness import node_runtime, npm, pypi
-from forge_cli.harness.bundle_paths import bundle_dir, manifest_path
+from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, manifest_path
 from forge_cli.harness.proc import SYSTEM_PATH, is_elf
 from forge_cli.paths import bundles_dir, forge_home
 
@@ -241,11 +241,16 @@ def _builtin_source(harness: HarnessConfig) -> Path:
     return Path(__file__).resolve().parent / f"{name}_agent.py"
 
 
-def _is_current(harness: HarnessConfig, manifest: dict[str, Any]) -> bool:
-    """The installed bundle is what the config pins (and, for forge's builtin agent, the same file)."""
+def _is_current(harness: HarnessConfig, manifest: dict[str, Any], binary_path: Path | None = None) -> bool:
+    """The installed bundle is what the config pins (and, for forge's builtin agent or a user-provided
+    binary, the same file)."""
     if manifest.get("schema") != MANIFEST_SCHEMA or manifest.get("version") != harness.package.version \
             or manifest.get("extras") != list(harness.package.extra):
         return False
+    if harness.package.manager == "binary" and binary_path is not None:
+        given = binary_path.expanduser()
+        installed = manifest.get("key_files", {}).get(f"lib/{harness.entrypoint}")
+        return given.is_file() and installed == sha256_file(given)
     if harness.runtime == "node" and manifest.get("node", {}).get("version") != node_runtime.NODE_VERSION:
         return False
     if harness.package.manager == "builtin":
@@ -272,7 +277,7 @@ def install(
     final = bundle_dir(harness)
     with _locked(harness.name):
         current = read_manifest(manifest_path(harness))
-        if current and not force and _is_current(harness, current):
+        if current and not force and _is_current(harness, current, binary_path):
             return {**current, "already_installed": True}
         log = log_path(harness)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -369,12 +374,14 @@ def _install_binary(harness: HarnessConfig, tmp: Path, binary_path: Path | None)
     given = binary_path or (Path(harness.binary_path) if harness.binary_path else None)
     if given is None:
         raise UserError(f"{harness.name} is not on any package registry: forge needs its binary from you",
-                        fix=f"forge harness install {harness.name} --binary PATH (the {harness.entrypoint} "
-                            "executable downloaded from its project's releases)", exit_code=2)
+                        fix=binary_fix(harness), exit_code=2)
     source = given.expanduser()
-    if not source.is_file() or not os.access(source, os.X_OK):
-        raise UserError(f"{source} is not an executable file", fix="pass the path of the downloaded binary",
-                        exit_code=2)
+    if not source.exists():
+        raise UserError(f"{harness.name} binary {source} does not exist", fix=binary_fix(harness), exit_code=2)
+    if not source.is_file():
+        raise UserError(f"{harness.name} binary {source} is not a file", fix=binary_fix(harness), exit_code=2)
+    if not os.access(source, os.X_OK):
+        raise UserError(f"{harness.name} binary {source} is not executable", fix=f"chmod +x {source}", exit_code=2)
     target = tmp / "lib" / harness.entrypoint
     target.parent.mkdir(parents=True)
     shutil.copy2(source, target)

@@ -16,13 +16,14 @@ import yaml
 from forge_cli.config.schema import Experiment, KubernetesRuntime, LocalRuntime, OpenAICompatibleModel
 from forge_cli.envs.registry import load_tasks
 from forge_cli.envs.task import Task
-from forge_cli.harness.adapter import Invocation, RolloutContext, prepare
-from forge_cli.harness.bundle_paths import bundle_dir, is_installed
+from forge_cli.harness.adapter import Invocation, RolloutContext, ToolsContext, prepare
+from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
 from forge_cli.runtime.docker_spec import docker_run_command
 from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
 from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec, label_value
 
 MASKED_KEY = "fk-****masked****"
+MASKED_TOOLS_KEY = "ft-****masked****"
 SECRET_NAME = re.compile(r"(^|_)(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
 # where a local sandbox lives is chosen at run time; plans show this placeholder
 LOCAL_SANDBOX = "$SANDBOX"
@@ -63,6 +64,8 @@ class RolloutPlan:
     env: dict[str, str]
     timeouts: dict[str, int]
     resources: dict[str, Any]
+    # the task's tools and how the harness gets them (None: the task has no tools)
+    tools: dict[str, Any] | None = None
 
 
 @dataclass
@@ -105,6 +108,21 @@ def sandbox_paths(exp: Experiment) -> tuple[str, str, str]:
     if isinstance(exp.runtime, LocalRuntime):
         return f"{LOCAL_SANDBOX}/work", f"{LOCAL_SANDBOX}/home", str(bundle_dir(exp.harness))
     return exp.runtime.workdir, CONTAINER_HOME, exp.runtime.bundle_mount
+
+
+def tools_base_url(exp: Experiment, port: int | str | None = None) -> str:
+    """The tool server as sandboxes reach it (a dry run shows $TOOLS_PORT when the port is picked at run time)."""
+    port = port or exp.tools.port or "$TOOLS_PORT"
+    return f"http://{exp.tools.advertise_host}:{port}"
+
+
+def tools_plan(exp: Experiment, task: Task, ctx: ToolsContext) -> dict[str, Any]:
+    """What a dry run shows of a task's tools: where they are served and how this harness gets them."""
+    via = exp.harness.tools.via
+    return {"server": ctx.url.rsplit("/r/", 1)[0], "via": via,
+            "endpoint": f"{ctx.url}/mcp" if via == "mcp" else f"{ctx.url}/tools/<name>",
+            "tools": [t.name for t in task.tools],
+            "log": "rollouts/<id>/tool_calls.jsonl"}
 
 
 def build_spec(exp: Experiment, run_id: str, rid: str, task: Task, env: dict[str, str],
@@ -154,19 +172,24 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
                         "the plan shows a placeholder task")
     harness = exp.harness
     if harness.package.manager == "binary" and not harness.binary_path and not is_installed(harness):
-        warnings.append(f"harness.binary_path is not set: {harness.name} is not on npm or PyPI; "
-                        f"set harness.binary_path=/path/to/{harness.entrypoint}")
+        warnings.append(f"{harness.name} is not installed and harness.binary_path is not set (no package "
+                        f"registry carries it): {binary_fix(harness)}")
     elif harness.package.manager != "builtin" and not is_installed(harness):
         warnings.append(f"harness bundle '{harness.name}' is not installed yet "
                         f"(forge harness install {harness.name})")
+    if isinstance(exp.runtime, KubernetesRuntime) and any(t.tools for t in taskset.tasks):
+        warnings.append("tasks with tools need the tool server reachable from pods: set tools.host and "
+                        "tools.advertise_host to an address the cluster can reach")
     rollouts: list[RolloutPlan] = []
     for task in taskset.tasks:
         for sample in range(exp.rollout.samples_per_task):
             if len(rollouts) >= exp.rollout.plan_preview:
                 break
             rid = rollout_id(run_id, task.id, sample)
+            tools = (ToolsContext(task.tools, f"{tools_base_url(exp)}/r/{rid}", MASKED_TOOLS_KEY)
+                     if task.tools else None)
             ctx = RolloutContext(rollout_id=rid, proxy_url=endpoint.url, api_key=MASKED_KEY,
-                                 instruction=task.instruction, workdir=workdir, home=home, bundle=bundle)
+                                 instruction=task.instruction, workdir=workdir, home=home, bundle=bundle, tools=tools)
             inv = prepare(harness, exp.model, ctx)
             spec = build_spec(exp, run_id, rid, task, inv.env, inv.files)
             shown = SandboxSpec(**{**spec.__dict__, "env": mask_env(spec.env)})
@@ -182,6 +205,7 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
                 timeouts={"rollout_s": exp.rollout.timeout_s, "harness_s": inv.timeout_s,
                           "verifier_s": exp.env.verifier_timeout_s},
                 resources=exp.runtime.resources.model_dump(),
+                tools=tools_plan(exp, task, tools) if tools else None,
             ))
     n_tasks = len(taskset.tasks) if taskset.available else 0
     return Plan(

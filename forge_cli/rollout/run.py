@@ -22,12 +22,12 @@ import yaml
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.registry import load_tasks
 from forge_cli.errors import UserError
-from forge_cli.harness.bundle_paths import is_installed
+from forge_cli.harness.bundle_paths import binary_fix, is_installed
 from forge_cli.rollout.plan import rollout_id
 from forge_cli.rollout.progress import RunProgress
 from forge_cli.rollout.runner import RolloutJob, RunContext
 from forge_cli.rollout.scheduler import ResultLog, run_all, summarise
-from forge_cli.rollout.services import capture_proxy, policy_server
+from forge_cli.rollout.services import capture_proxy, policy_server, tool_server
 from forge_cli.runtime.registry import cleanup
 
 
@@ -41,14 +41,19 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def ensure_bundle(exp: Experiment) -> None:
-    """forge's builtin harness is (re)installed from this checkout; others must be installed already."""
+    """forge's builtin harness is (re)installed from this checkout, a user-provided binary
+    (``harness.binary_path``) installed unless the bundle already holds that file; others must be
+    installed already."""
     from forge_cli.harness.bundles import install
 
     harness = exp.harness
     if harness.package.manager == "builtin":
         install(harness, force=True)
-    elif harness.package.manager == "binary" and harness.binary_path and not is_installed(harness):
+    elif harness.package.manager == "binary" and harness.binary_path:
         install(harness, binary_path=Path(harness.binary_path))
+    elif harness.package.manager == "binary" and not is_installed(harness):
+        raise UserError(f"harness '{harness.name}' is not installed: no package registry carries it",
+                        fix=binary_fix(harness))
     elif not is_installed(harness):
         raise UserError(f"harness bundle '{harness.name}' is not installed",
                         fix=f"forge harness install {harness.name}")
@@ -76,10 +81,11 @@ def execute(exp: Experiment, data: dict[str, Any], *, quiet: bool = False) -> di
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with progress, policy_server(exp, progress.say) as upstream, \
-                capture_proxy(exp, upstream, run_dir / "traces.sqlite") as (proxy, endpoint):
+                capture_proxy(exp, upstream, run_dir / "traces.sqlite") as (proxy, endpoint), \
+                tool_server(exp, any(t.tools for t in taskset.tasks), progress.say) as tools:
             progress.say(f"run {run_id}: {len(jobs)} rollouts ({len(taskset.tasks)} tasks x "
                          f"{exp.rollout.samples_per_task}), {exp.rollout.concurrency} in flight; proxy {proxy.url}")
-            ctx = RunContext(exp=exp, run_id=run_id, run_dir=run_dir, proxy=proxy, endpoint=endpoint)
+            ctx = RunContext(exp=exp, run_id=run_id, run_dir=run_dir, proxy=proxy, endpoint=endpoint, tools=tools)
             results = asyncio.run(run_all(ctx, jobs, exp.rollout.concurrency, log,
                                           on_start=progress.started, on_result=progress.finished))
     except KeyboardInterrupt as stop:
