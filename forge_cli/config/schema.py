@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 GROUPS: tuple[str, ...] = ("harness", "env", "runtime", "model", "trainer", "algo")
 
@@ -47,6 +47,23 @@ class ConfigFile(Strict):
     template: str
 
 
+class HarnessTools(Strict):
+    """How a task's tools reach the harness; rendered only for tasks that have tools."""
+
+    # mcp: forge's per-rollout MCP server ({{mcp_url}}, {{tools_key}}); skill: a generated skill file in skill_dir
+    via: Literal["mcp", "skill"] = "skill"
+    # files added (or replacing the harness's own file at the same path)
+    config_files: list[ConfigFile] = []
+    # env vars added to the harness process
+    env: dict[str, str] = {}
+    # arguments inserted right after the program name
+    args: list[str] = []
+    # where the skill directory (SKILL.md, call.py) is written when via: skill
+    skill_dir: str = "{{home}}/forge-tools"
+    # appended to the task instruction (for harnesses that do not discover skills by themselves)
+    instruction_suffix: str = ""
+
+
 class HarnessConfig(Strict):
     name: str
     description: str
@@ -57,12 +74,20 @@ class HarnessConfig(Strict):
     entrypoint: str
     binary_path: str | None = None
     supports_mcp: bool = False
+    tools: HarnessTools = HarnessTools(instruction_suffix=" The tools for this task are described in "
+                                                          "{{skill_dir}}/SKILL.md.")
     config_files: list[ConfigFile] = []
     env: dict[str, str] = {}
     command: list[str]
     output: Literal["none", "json", "jsonl"] = "none"
     exit_codes: dict[int, Literal["ok", "agent_error", "timeout"]] = {0: "ok"}
     timeout_s: Annotated[int, Field(gt=0)] = 600
+
+    @model_validator(mode="after")
+    def _mcp_needs_support(self) -> HarnessConfig:
+        if self.tools.via == "mcp" and not self.supports_mcp:
+            raise ValueError("tools.via is mcp but supports_mcp is false (use tools.via: skill)")
+        return self
 
 
 # ---------------------------------------------------------------- env
@@ -233,6 +258,12 @@ class ProxySettings(Strict):
 class EvalSettings(Strict):
     trials: Annotated[int, Field(ge=1)] = 1
 
+class ToolServerSettings(Strict):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, lt=65536)] = 0
+    advertise_host: str = "127.0.0.1"
+
+
 
 class Experiment(Strict):
     run: RunSettings
@@ -245,3 +276,4 @@ class Experiment(Strict):
     rollout: RolloutSettings = RolloutSettings()
     proxy: ProxySettings = ProxySettings()
     eval: EvalSettings = EvalSettings()
+    tools: ToolServerSettings = ToolServerSettings()

@@ -9,6 +9,7 @@ import yaml
 from forge_cli.config.schema import EnvConfig
 from forge_cli.envs.task import Task, TaskSet
 from forge_cli.errors import UserError
+from forge_cli.tools.spec import parse_tools
 
 SHIPPED = Path(__file__).with_name("builtin_tasks.yaml")
 
@@ -21,7 +22,9 @@ def load(env: EnvConfig) -> TaskSet:
         entries = yaml.safe_load(path.read_text()) or []
         tasks = [
             Task(id=str(e["id"]), instruction=str(e["instruction"]), files=dict(e.get("files") or {}),
-                 setup=list(e.get("setup") or []), verify=e.get("verify"))
+                 setup=list(e.get("setup") or []), verify=e.get("verify"),
+                 tools=parse_tools(e.get("tools"), f"{path}: task {e.get('id')}"),
+                 tool_state=dict(e.get("tool_state") or {}))
             for e in entries
         ]
     except (yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:

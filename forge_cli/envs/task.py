@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forge_cli.tools.spec import ToolSpec
+
 
 @dataclass(frozen=True)
 class Task:
@@ -21,6 +23,10 @@ class Task:
     verify: str | None = None
     # image for this task (None: the env's image)
     image: str | None = None
+    # extra tools the harness gets for this task (over MCP, or a skill file where the harness has no MCP)
+    tools: tuple[ToolSpec, ...] = ()
+    # initial state of forge's builtin tool services, by service name (e.g. {"mailbox": {"inbox": [...]}})
+    tool_state: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

@@ -6,8 +6,20 @@ from dataclasses import dataclass
 
 from forge_cli.config.schema import HarnessConfig, ModelConfig
 from forge_cli.harness.templates import render
+from forge_cli.tools.skill import skill_files
+from forge_cli.tools.spec import ToolSpec
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class ToolsContext:
+    """A task's tools as this rollout reaches them at the tool server."""
+
+    tools: tuple[ToolSpec, ...]
+    # http://<tool server>/r/<rollout-id>
+    url: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -22,6 +34,8 @@ class RolloutContext:
     workdir: str
     home: str
     bundle: str
+    # the task's tools (None: the task has none, nothing tool-related is rendered)
+    tools: ToolsContext | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,16 @@ class Invocation:
 
 def template_values(harness: HarnessConfig, model: ModelConfig, ctx: RolloutContext) -> dict[str, str]:
     root = f"{ctx.proxy_url.rstrip('/')}/r/{ctx.rollout_id}"
+    values = _base_values(model, ctx, root)
+    if ctx.tools is not None:
+        values.update(tools_url=ctx.tools.url, mcp_url=f"{ctx.tools.url}/mcp", tools_key=ctx.tools.key)
+        values["skill_dir"] = render(harness.tools.skill_dir, values)
+        if harness.tools.via == "skill":
+            values["instruction"] += render(harness.tools.instruction_suffix, values)
+    return values
+
+
+def _base_values(model: ModelConfig, ctx: RolloutContext, root: str) -> dict[str, str]:
     return {
         "base_url": f"{root}/v1",
         "base_url_root": root,
@@ -62,4 +86,12 @@ def prepare(harness: HarnessConfig, model: ModelConfig, ctx: RolloutContext) -> 
         **{key: render(value, values) for key, value in harness.env.items()},
     }
     argv = [render(arg, values) for arg in harness.command]
+    if ctx.tools is not None:
+        spec = harness.tools
+        # the tools' own files win over the harness's file at the same path (e.g. a settings.json with MCP added)
+        files.update({render(f.path, values): render(f.template, values) for f in spec.config_files})
+        env.update({key: render(value, values) for key, value in spec.env.items()})
+        argv[1:1] = [render(arg, values) for arg in spec.args]
+        if spec.via == "skill":
+            files.update(skill_files(ctx.tools.tools, ctx.tools.url, ctx.tools.key, values["skill_dir"]))
     return Invocation(files=files, env=env, argv=argv, timeout_s=harness.timeout_s)

@@ -26,6 +26,11 @@ VARIABLES: dict[str, str] = {
     "home": "the harness's HOME inside the sandbox",
     "bundle": "where the harness bundle is mounted inside the sandbox",
     "rollout_id": "this rollout's id",
+    # only for tasks with tools (harness `tools:` section)
+    "tools_url": "this rollout's tools at the tool server (http://<tool server>/r/<rollout-id>)",
+    "mcp_url": "this rollout's MCP endpoint ({{tools_url}}/mcp, Streamable HTTP)",
+    "tools_key": "this rollout's key at the tool server (Authorization: Bearer)",
+    "skill_dir": "where the generated skill directory is written (harness tools.skill_dir)",
 }
 
 

@@ -10,7 +10,8 @@ from forge_cli.rollout.plan import Plan
 
 
 def _lexer(path: str) -> str:
-    for suffix, lexer in ((".toml", "toml"), (".json5", "javascript"), (".json", "json"), (".yaml", "yaml")):
+    for suffix, lexer in ((".toml", "toml"), (".json5", "javascript"), (".json", "json"), (".yaml", "yaml"),
+                          (".md", "markdown"), (".py", "python")):
         if path.endswith(suffix):
             return lexer
     return "text"
@@ -32,6 +33,10 @@ def show(plan: Plan, console: Console | None = None) -> None:
         out(Rule(f"rollout {r.rollout_id} (task {r.task_id})"))
         out(f"  instruction: {r.instruction}", markup=False)
         out(f"  proxy base URL: {r.proxy_base_url}")
+        if r.tools:
+            how = "over MCP" if r.tools["via"] == "mcp" else "as a skill file (HTTP calls)"
+            out(f"  task tools: {', '.join(r.tools['tools'])} {how} at {r.tools['endpoint']} "
+                f"(tool server {r.tools['server']}; dispatches in {r.tools['log']})", markup=False)
         b = r.bundle
         out(f"  harness bundle: {b['package']} at {b['host_path']} -> {b['mounted_at']} "
             f"({'installed' if b['installed'] else 'not installed'})", markup=False)

@@ -24,6 +24,10 @@ class RolloutResult:
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # task tool dispatches (rollouts/<id>/tool_calls.jsonl) and, for tasks with tools, what the tool server saw:
+    # {"calls", "errors", "by_tool", "mcp_methods"}
+    tool_calls: int = 0
+    tools: dict[str, Any] = field(default_factory=dict)
     # seconds per phase: setup, harness, verify, total
     durations: dict[str, float] = field(default_factory=dict)
     # directory with this rollout's harness output and sandbox log

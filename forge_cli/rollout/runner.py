@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.task import Task
-from forge_cli.harness.adapter import RolloutContext, prepare
+from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
 from forge_cli.rollout.plan import CONTAINER_HOME, build_spec
 from forge_cli.rollout.result import RolloutResult, Status
 from forge_cli.runtime.base import ExecResult, Sandbox, SandboxError, Stream
@@ -19,6 +20,8 @@ from forge_cli.runtime.registry import create_sandbox
 from forge_cli.runtime.spec import ProxyEndpoint
 
 TAIL = 2000
+# where the verifier of a task with tools finds every dispatch and the builtin services' final state
+TOOL_STATE_PATH = f"{CONTAINER_HOME}/.forge/tool_state.json"
 
 
 class Proxy(Protocol):
@@ -27,6 +30,15 @@ class Proxy(Protocol):
     def register(self, rollout_id: str | None = None, **info: object) -> dict[str, object]: ...
     def finish(self, rollout_id: str, status: str = "finished") -> dict[str, object]: ...
     def calls(self, rollout_id: str) -> list[dict[str, object]]: ...
+
+
+class Tools(Protocol):
+    """What a rollout needs from the tool server (forge_cli.tools.server.ToolServer)."""
+
+    def register(self, rollout_id: str, tools: tuple[Any, ...], state: dict[str, Any] | None = None,
+                 log_path: Path | None = None) -> Any: ...
+    def state(self, rollout_id: str) -> dict[str, Any]: ...
+    def unregister(self, rollout_id: str) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,8 @@ class RunContext:
     proxy: Proxy
     # the proxy as sandboxes reach it
     endpoint: ProxyEndpoint
+    # the tool server (None: no task of the run has tools)
+    tools: Tools | None = None
 
 
 def _tail(text: str) -> str:
@@ -83,16 +97,24 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                            status="infra_error", logs=str(log_dir))
     started = time.monotonic()
     sandbox: Sandbox | None = None
-    registered = False
+    registered = tools_registered = False
     try:
         info = await asyncio.to_thread(ctx.proxy.register, job.rollout_id, task=task.id, group_id=task.id,
                                        harness=exp.harness.name, meta={"sample": job.sample, "run": ctx.run_id})
         registered = True
+        tools = None
+        if task.tools:
+            if ctx.tools is None:
+                raise RuntimeError(f"task {task.id} has tools but the run has no tool server")
+            grant = await asyncio.to_thread(ctx.tools.register, job.rollout_id, task.tools, task.tool_state,
+                                            log_dir / "tool_calls.jsonl")
+            tools_registered = True
+            tools = ToolsContext(task.tools, grant.url, grant.key)
         # sandbox paths as in a container; the local backend maps them to its own directories
         invocation = prepare(exp.harness, exp.model, RolloutContext(
             rollout_id=job.rollout_id, proxy_url=ctx.endpoint.url, api_key=str(info["key"]),
             instruction=task.instruction, workdir=exp.runtime.workdir, home=CONTAINER_HOME,
-            bundle=exp.runtime.bundle_mount))
+            bundle=exp.runtime.bundle_mount, tools=tools))
         spec = build_spec(exp, ctx.run_id, job.rollout_id, task, invocation.env, invocation.files)
         sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)
         await sandbox.exec(["mkdir", "-p", CONTAINER_HOME], timeout=30)
@@ -117,7 +139,14 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
 
         if task.verify:
             phase = time.monotonic()
-            check = await sandbox.exec(["bash", "-c", task.verify], timeout=exp.env.verifier_timeout_s)
+            verify_env = {}
+            if tools_registered and ctx.tools is not None:
+                # written after the harness exited: it never sees the state its verifier reads
+                state = await asyncio.to_thread(ctx.tools.state, job.rollout_id)
+                await sandbox.write_file(TOOL_STATE_PATH, json.dumps(state, default=str))
+                verify_env["FORGE_TOOL_STATE"] = TOOL_STATE_PATH
+            check = await sandbox.exec(["bash", "-c", task.verify], timeout=exp.env.verifier_timeout_s,
+                                       env=verify_env)
             result.durations["verify"] = round(time.monotonic() - phase, 3)
             result.reward = 1.0 if check.ok else 0.0
             result.verifier = {"command": task.verify, "exit_code": check.exit_code, "timed_out": check.timed_out,
@@ -132,6 +161,10 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         if sandbox is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(sandbox.stop())
+        if tools_registered and ctx.tools is not None:
+            with contextlib.suppress(Exception):
+                result.tools = await asyncio.to_thread(ctx.tools.unregister, job.rollout_id)
+                result.tool_calls = int(result.tools.get("calls", 0))
         if registered:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(ctx.proxy.finish, job.rollout_id, result.status)

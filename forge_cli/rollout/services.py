@@ -1,4 +1,5 @@
-"""The services a run needs: the policy server (started unless one is given) and the capture proxy."""
+"""The services a run needs: the policy server (started unless one is given), the capture proxy and, when a task
+has tools, the tool server."""
 
 from __future__ import annotations
 
@@ -69,6 +70,25 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path) -> Iterator[tuple
 
 
 def _port_free(host: str, port: int) -> bool:
+@contextlib.contextmanager
+def tool_server(exp: Experiment, needed: bool, log: Log) -> Iterator[Any]:
+    """The tool server (``exp.tools``) when some task has tools, else None."""
+    if not needed:
+        yield None
+        return
+    from forge_cli.tools.server import ToolServer
+
+    settings = exp.tools
+    try:
+        server = ToolServer(settings.host, settings.port, settings.advertise_host)
+    except OSError as exc:
+        raise UserError(f"the tool server cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
+                        fix="pick another: tools.port=0 (any free port) or tools.port=N") from None
+    with server:
+        log(f"tool server at {server.url} (task tools over MCP at /r/<rollout>/mcp, HTTP at /r/<rollout>/tools)")
+        yield server
+
+
     import socket
 
     with socket.socket() as sock:

@@ -18,7 +18,7 @@ def _env(*overrides: str):  # type: ignore[no-untyped-def]
 
 def test_builtin_tasks_have_instructions_and_hidden_verifiers() -> None:
     tasks = load_tasks(_env()).tasks
-    assert len(tasks) == 6 and len({t.id for t in tasks}) == 6
+    assert len(tasks) == 7 and len({t.id for t in tasks}) == 7
     for task in tasks:
         assert task.instruction and task.verify
         assert task.verify not in task.instruction

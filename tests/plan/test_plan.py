@@ -37,7 +37,7 @@ def test_every_combination_plans(harness: str, env: str, runtime: str, trainer: 
     if env != "builtin":
         assert not plan.tasks["available"] and any("not available" in w for w in plan.warnings)
     else:
-        assert plan.num_tasks == 6 and plan.num_rollouts == 6 * exp.rollout.samples_per_task
+        assert plan.num_tasks == 7 and plan.num_rollouts == 7 * exp.rollout.samples_per_task
     for r in plan.rollouts:
         assert r.proxy_base_url.endswith(f"/r/{r.rollout_id}/v1")
         assert r.sandbox["kind"] == runtime
@@ -95,6 +95,6 @@ def test_dry_run_cli_json() -> None:
 def test_dry_run_cli_text_default() -> None:
     result = forge("rollout", "--dry-run")
     assert result.returncode == 0, result.stderr
-    for needle in ("tasks: 6", "rollouts: 24", "proxy base URL: http://127.0.0.1:8800/r/", "command:",
+    for needle in ("tasks: 7", "rollouts: 28", "proxy base URL: http://127.0.0.1:8800/r/", "command:",
                    "FORGE_API_KEY=****", "timeouts:", "resources:"):
         assert needle in result.stdout
