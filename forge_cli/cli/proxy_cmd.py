@@ -24,12 +24,17 @@ def proxy(
     max_output_tokens: Annotated[int | None, typer.Option(
         "--max-output-tokens", help="Cap on requested output tokens (default: the upstream's context length).")] = None,
     weight_version: Annotated[str, typer.Option("--weight-version", help="Weight version stamped on records.")] = "0",
+    upstream_timeout_s: Annotated[float, typer.Option(
+        "--upstream-timeout", min=1, help="Seconds to wait for the policy server's response headers.")] = 900.0,
+    max_header_kb: Annotated[int, typer.Option(
+        "--max-header-kb", min=1, help="Largest request header block accepted, in KiB.")] = 64,
 ) -> None:
     """Serve and record model calls at http://HOST:PORT/r/<rollout-id>/v1 until Ctrl-C."""
     from forge_cli.proxy.launcher import start_proxy
 
     handle = start_proxy(upstream, port=port, store=store, host=host, max_body_mb=max_body_mb,
-                         max_output_tokens=max_output_tokens, weight_version=weight_version)
+                         max_output_tokens=max_output_tokens, weight_version=weight_version,
+                         upstream_timeout_s=upstream_timeout_s, max_header_kb=max_header_kb)
     typer.echo(f"forge proxy listening at {handle.url}  (upstream: {', '.join(handle.upstreams)})")
     typer.echo(f"  admin token: {handle.token_file}")
     typer.echo(f"  trace store: {handle.store}")

@@ -180,6 +180,7 @@ class _VllmServed(_ModelBase):
     kv_cache_gb: Annotated[float, Field(gt=0)] = 2.0
     tool_call_parser: str | None = "hermes"
     chat_template: str | None = None
+    context_extension: Literal["yarn", "none"] = "yarn"
     extra_args: list[str] = []
 
 
@@ -252,17 +253,19 @@ class ProxySettings(Strict):
     port: Annotated[int, Field(ge=0, lt=65536)] = 0
     advertise_host: str = "127.0.0.1"
     max_body_mb: Annotated[int, Field(gt=0)] = 32
+    max_header_kb: Annotated[int, Field(gt=0)] = 64
+    upstream_timeout_s: Annotated[float, Field(gt=0)] = 900.0
     upstream: str | None = None
 
-
-class EvalSettings(Strict):
-    trials: Annotated[int, Field(ge=1)] = 1
 
 class ToolServerSettings(Strict):
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, lt=65536)] = 0
     advertise_host: str = "127.0.0.1"
 
+
+class EvalSettings(Strict):
+    trials: Annotated[int, Field(ge=1)] = 1
 
 
 class Experiment(Strict):
@@ -275,5 +278,5 @@ class Experiment(Strict):
     trainer: TrainerConfig
     rollout: RolloutSettings = RolloutSettings()
     proxy: ProxySettings = ProxySettings()
-    eval: EvalSettings = EvalSettings()
     tools: ToolServerSettings = ToolServerSettings()
+    eval: EvalSettings = EvalSettings()

@@ -55,7 +55,8 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path) -> Iterator[tuple
         raise UserError(f"proxy port {port} on {exp.proxy.host} is in use",
                         fix="stop what uses it, or pick another: proxy.port=0 (any free port) or proxy.port=N")
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
-                         max_body_mb=exp.proxy.max_body_mb, max_output_tokens=exp.model.max_output_tokens,
+                         max_body_mb=exp.proxy.max_body_mb, max_header_kb=exp.proxy.max_header_kb,
+                         upstream_timeout_s=exp.proxy.upstream_timeout_s, max_output_tokens=exp.model.max_output_tokens,
                          model=exp.model.served_name, ready_timeout_s=PROXY_READY_S)
     try:
         if not handle.alive():
@@ -69,7 +70,6 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path) -> Iterator[tuple
         handle.stop()
 
 
-def _port_free(host: str, port: int) -> bool:
 @contextlib.contextmanager
 def tool_server(exp: Experiment, needed: bool, log: Log) -> Iterator[Any]:
     """The tool server (``exp.tools``) when some task has tools, else None."""
@@ -89,6 +89,7 @@ def tool_server(exp: Experiment, needed: bool, log: Log) -> Iterator[Any]:
         yield server
 
 
+def _port_free(host: str, port: int) -> bool:
     import socket
 
     with socket.socket() as sock:

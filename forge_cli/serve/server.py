@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from forge_cli.config.schema import ModelConfig, OpenAICompatibleModel, SmolModel, VllmModel
 from forge_cli.errors import UserError
@@ -94,8 +95,7 @@ def build_launch(model: SmolModel | VllmModel, prepared: PreparedModel, port: in
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if prepared.chat_template is not None:
         argv += ["--chat-template", str(prepared.chat_template)]
-    if model.max_model_len > _native_context(prepared.path):
-        env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    argv += context_extension_args(model, prepared.path)
     argv += list(model.extra_args)
     return Launch(argv, env, model.host, port, model.served_name, path)
 
@@ -120,12 +120,39 @@ def serving_dtype(model: SmolModel | VllmModel) -> str:
     return "bfloat16" if cpu_has_native_bf16() else "float32"
 
 
-def _native_context(path: Path) -> int:
+def _model_config(path: Path) -> dict[str, Any]:
     try:
         config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
-        return 1 << 30
-    return int(config.get("max_position_embeddings") or 1 << 30)
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def context_extension_args(model: SmolModel | VllmModel, path: Path) -> list[str]:
+    """vLLM arguments that serve ``model.max_model_len`` when it exceeds the checkpoint's native context.
+
+    vLLM sizes its rotary-embedding cache by the checkpoint's ``max_position_embeddings``; forcing a longer
+    ``--max-model-len`` past it (VLLM_ALLOW_LONG_MAX_MODEL_LEN) read past that cache here: SmolLM2 served at
+    32,768 tokens returned null logprobs for prompts over 8,192. YaRN RoPE scaling with factor
+    ``max_model_len / native`` makes every position valid; ``context_extension: none`` refuses instead.
+    """
+    config = _model_config(path)
+    native = int(config.get("max_position_embeddings") or 0)
+    if not native or model.max_model_len <= native:
+        return []
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if model.context_extension == "none" or rope.get("rope_type", "default") not in ("default", "yarn"):
+        why = ("context_extension is none" if model.context_extension == "none"
+               else f"its RoPE type {rope.get('rope_type')!r} cannot be extended with YaRN by forge")
+        raise UserError(f"max_model_len {model.max_model_len} exceeds the model's native context of {native} "
+                        f"tokens and {why}",
+                        fix=f"set model.max_model_len<={native}, or model.context_extension=yarn")
+    theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
+    parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": model.max_model_len / native,
+                  "original_max_position_embeddings": native}
+    # as transformers' YaRN expects: max_position_embeddings is the scaled length, the native one is "original"
+    overrides = {"max_position_embeddings": model.max_model_len, "rope_parameters": parameters}
+    return ["--hf-overrides", json.dumps(overrides)]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

@@ -116,3 +116,11 @@ def test_malformed_override() -> None:
 def test_missing_config_dir() -> None:
     assert _problems([], Path("/nonexistent/forge-configs")) == [
         "--config-dir /nonexistent/forge-configs: no such directory"]
+
+
+def test_proxy_limits_are_validated() -> None:
+    exp = compose(["proxy.upstream_timeout_s=30", "proxy.max_header_kb=8"]).experiment
+    assert exp.proxy.upstream_timeout_s == 30 and exp.proxy.max_header_kb == 8
+    with pytest.raises(ConfigError) as err:
+        compose(["proxy.upstream_timeout_s=0", "proxy.max_header_kb=-1"])
+    assert "upstream_timeout_s" in str(err.value) and "max_header_kb" in str(err.value)
