@@ -20,6 +20,7 @@ Each run is kept tiny (1 task, ``model.max_output_tokens=64``, harness time limi
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -57,7 +58,7 @@ class Run:
     seconds: float
     summary: dict[str, Any]
     results: list[dict[str, Any]]
-    # (rollout_id, seq, wire_format, path, status, prompt ids, completion ids, request) of every recorded call
+    # (rollout_id, seq, wire_format, path, status, prompt ids, completion ids, request, logprobs) of every call
     calls: list[tuple[Any, ...]]
     registered: list[str]
 
@@ -99,7 +100,8 @@ def _rollout(harness: str, home: Path, out: Path, upstream: str, samples: int = 
     results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     with sqlite3.connect(run_dir / "traces.sqlite") as db:
         calls = db.execute("SELECT rollout_id, seq, wire_format, path, status, prompt_token_ids, "
-                           "completion_token_ids, request FROM calls ORDER BY rollout_id, seq").fetchall()
+                           "completion_token_ids, request, completion_logprobs FROM calls "
+                           "ORDER BY rollout_id, seq").fetchall()
         registered = [row[0] for row in db.execute("SELECT rollout_id FROM rollouts")]
     return Run(harness, 0, done.stderr, seconds, summary, results, calls, registered)
 
@@ -146,11 +148,15 @@ def _check(run: Run, samples: int) -> None:
         assert [c[1] for c in mine] == list(range(len(mine)))
         with_ids = [c for c in mine if c[4] == "ok"]
         assert with_ids, f"{harness}: no call completed: {[(c[3], c[4]) for c in mine]}\n{output}"
-        for _, _, wire, path, _, prompt_ids, completion_ids, request in with_ids:
+        for _, _, wire, path, _, prompt_ids, completion_ids, request, logprobs in with_ids:
             assert wire == WIRE[harness] and path.split("?")[0] == PATH_OF[wire]
             assert json.loads(prompt_ids), "prompt token ids from vLLM"
             assert json.loads(completion_ids), "completion token ids from vLLM"
             assert json.loads(request), "the harness's own request body"
+            # one finite logprob per completion token, also for prompts past the model's native context (YaRN)
+            values = json.loads(logprobs)
+            assert len(values) == len(json.loads(completion_ids))
+            assert all(v is not None and math.isfinite(v) for v in values), f"{harness}: non-finite logprobs"
     # nothing recorded for any other rollout (or under an id the run never registered)
     ids = {r["rollout_id"] for r in run.results}
     assert {c[0] for c in run.calls} == ids and set(run.registered) == ids
