@@ -74,6 +74,7 @@ class HarnessConfig(Strict):
     entrypoint: str
     binary_path: str | None = None
     supports_mcp: bool = False
+    min_context: Annotated[int, Field(gt=0)] | None = None
     tools: HarnessTools = HarnessTools(instruction_suffix=" The tools for this task are described in "
                                                           "{{skill_dir}}/SKILL.md.")
     config_files: list[ConfigFile] = []

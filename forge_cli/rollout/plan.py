@@ -160,6 +160,17 @@ def describe_sandbox(exp: Experiment, spec: SandboxSpec, inv: Invocation) -> dic
             "exec": f"docker exec -i -w {spec.workdir} {spec.name} {shlex.join(inv.argv)} </dev/null"}
 
 
+def context_shortfall(exp: Experiment) -> str | None:
+    """Why the served context cannot hold this harness's own first prompt plus an answer, or None."""
+    need = exp.harness.min_context
+    if need is None or exp.model.max_model_len >= need + exp.model.max_output_tokens:
+        return None
+    return (f"{exp.harness.name}'s own first prompt is ~{need} tokens, but model.max_model_len is "
+            f"{exp.model.max_model_len} with {exp.model.max_output_tokens} kept for the answer: its calls would be "
+            f"refused as too long. Set model.max_model_len=32768 (past the model's native context it is served "
+            f"with YaRN RoPE scaling)")
+
+
 def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
     """Everything a run of ``exp`` would do, computed without touching docker, a cluster or a GPU."""
     run_id = run_id or f"{exp.run.name}-dryrun"
@@ -177,6 +188,8 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
     elif harness.package.manager != "builtin" and not is_installed(harness):
         warnings.append(f"harness bundle '{harness.name}' is not installed yet "
                         f"(forge harness install {harness.name})")
+    if (shortfall := context_shortfall(exp)) is not None:
+        warnings.append(shortfall)
     if isinstance(exp.runtime, KubernetesRuntime) and any(t.tools for t in taskset.tasks):
         warnings.append("tasks with tools need the tool server reachable from pods: set tools.host and "
                         "tools.advertise_host to an address the cluster can reach")

@@ -23,7 +23,7 @@ from forge_cli.config.schema import Experiment
 from forge_cli.envs.registry import load_tasks
 from forge_cli.errors import UserError
 from forge_cli.harness.bundle_paths import binary_fix, is_installed
-from forge_cli.rollout.plan import rollout_id
+from forge_cli.rollout.plan import context_shortfall, rollout_id
 from forge_cli.rollout.progress import RunProgress
 from forge_cli.rollout.runner import RolloutJob, RunContext
 from forge_cli.rollout.scheduler import ResultLog, run_all, summarise
@@ -85,6 +85,8 @@ def execute(exp: Experiment, data: dict[str, Any], *, quiet: bool = False) -> di
                 tool_server(exp, any(t.tools for t in taskset.tasks), progress.say) as tools:
             progress.say(f"run {run_id}: {len(jobs)} rollouts ({len(taskset.tasks)} tasks x "
                          f"{exp.rollout.samples_per_task}), {exp.rollout.concurrency} in flight; proxy {proxy.url}")
+            if (shortfall := context_shortfall(exp)) is not None:
+                progress.say(f"warning: {shortfall}")
             ctx = RunContext(exp=exp, run_id=run_id, run_dir=run_dir, proxy=proxy, endpoint=endpoint, tools=tools)
             results = asyncio.run(run_all(ctx, jobs, exp.rollout.concurrency, log,
                                           on_start=progress.started, on_result=progress.finished))

@@ -98,3 +98,15 @@ def test_dry_run_cli_text_default() -> None:
     for needle in ("tasks: 7", "rollouts: 28", "proxy base URL: http://127.0.0.1:8800/r/", "command:",
                    "FORGE_API_KEY=****", "timeouts:", "resources:"):
         assert needle in result.stdout
+
+
+def test_served_context_too_small_for_the_harness_prompt_warns() -> None:
+    """Qwen Code's own first prompt (~17,500 tokens) cannot fit SmolLM2's native 8,192: the plan says so."""
+    from forge_cli.config.compose import compose
+    from forge_cli.rollout.plan import build_plan
+
+    small = build_plan(compose(["+harness=qwen-code"]).experiment)
+    assert any("model.max_model_len=32768" in w and "qwen-code" in w for w in small.warnings)
+    served = build_plan(compose(["+harness=qwen-code", "model.max_model_len=32768"]).experiment)
+    assert not any("max_model_len" in w for w in served.warnings)
+    assert not any("max_model_len" in w for w in build_plan(compose(["+harness=pi"]).experiment).warnings)
