@@ -1,0 +1,64 @@
+"""End to end: task tools over MCP with a real harness. Claude Code (its real binary, from its bundle) runs builtin's
+``mail-reply`` task via ``forge rollout`` in a docker sandbox, through forge's capture proxy, against the real vLLM
+server on the default model. The harness really connected to forge's tool server: the server saw the MCP handshake
+(Claude Code 2.1.332 speaks protocol 2026-07-28: ``server/discover`` rather than ``initialize``) and ``tools/list``
+for that rollout, and the model request the proxy recorded lists the task's tools (as Claude Code
+names MCP tools: ``mcp__forge__<tool>``). A 135M model need not call them.
+
+Measured here (2 loaded cores, float32 vLLM): the harness ran ~40 s, the test ~5.5 min with vLLM's start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SERVED_CONTEXT
+from tests.harness.test_e2e_harnesses import HARNESS_TIMEOUT_S, Env, env  # noqa: F401 - the module's fixture
+from tests.helpers import REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
+
+TOOLS = ("list_inbox", "read_email", "send_email")
+
+
+def test_claude_code_connects_to_the_task_tools_over_mcp(env: Env) -> None:  # noqa: F811
+    args = [sys.executable, "-m", "forge_cli", "rollout", "--json", "+harness=claude-code", "runtime=docker",
+            f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", "env.task_ids=[mail-reply]",
+            "rollout.samples_per_task=1", "rollout.concurrency=1", "model.max_output_tokens=64",
+            f"model.max_model_len={SERVED_CONTEXT}", f"harness.timeout_s={HARNESS_TIMEOUT_S}",
+            f"run.output_dir={env.out}", "run.name=e2e-tools"]
+    started = time.monotonic()
+    done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=HARNESS_TIMEOUT_S + 600,
+                          env={**os.environ, "COLUMNS": "200", "FORGE_HOME": str(env.home)}, check=False)
+    print(f"\n[e2e] claude-code + MCP task tools: {time.monotonic() - started:.0f}s", flush=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = Path(json.loads(done.stdout)["run_dir"])
+    (result,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    logs = Path(result["logs"])
+    output = "".join((logs / f"harness.{s}").read_text(errors="replace")[-1500:] for s in ("stdout", "stderr")
+                     if (logs / f"harness.{s}").exists())
+    assert result["status"] in ("ok", "agent_error"), f"{result['status']}: {result['error']}\n{output}"
+    print(f"[e2e] tool server saw {result['tools']}", flush=True)
+    # the harness connected to forge's tool server for this rollout: the MCP handshake (`initialize`, or
+    # `server/discover` on protocol 2026-07-28, which Claude Code 2.1.332 speaks) and the tool listing
+    methods = result["tools"]["mcp_methods"]
+    handshake = methods.get("initialize", 0) + methods.get("server/discover", 0)
+    assert handshake >= 1 and methods.get("tools/list", 0) >= 1, f"{methods}\n{output}"
+    assert result["tool_calls"] == len((logs / "tool_calls.jsonl").read_text().splitlines()) \
+        if (logs / "tool_calls.jsonl").exists() else result["tool_calls"] == 0
+    # the model saw the task's tools: the recorded request (Anthropic Messages, as the harness sent it) lists them
+    with sqlite3.connect(run_dir / "traces.sqlite") as db:
+        requests = [json.loads(row[0]) for row in db.execute(
+            "SELECT request FROM calls WHERE rollout_id = ? ORDER BY seq", (result["rollout_id"],))]
+    assert requests, f"no call recorded for {result['rollout_id']}\n{output}"
+    offered = {tool.get("name", "") for request in requests for tool in request.get("tools") or []}
+    for name in TOOLS:
+        assert f"mcp__forge__{name}" in offered, f"{name} not offered to the model: {sorted(offered)}"
