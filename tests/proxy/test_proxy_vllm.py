@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
 from forge_cli.proxy.launcher import ProxyHandle, start_proxy
+from forge_cli.proxy.wire import sse
 from tests.proxy.conftest import need_mitmdump
 
 pytestmark = [pytest.mark.vllm, pytest.mark.mitm]
@@ -25,6 +28,7 @@ RESP_TOOL = {"type": "function", "name": "get_weather", "description": "Weather 
 AN_TOOL = {"name": "get_weather", "description": "Weather for a city.",
            "input_schema": OA_TOOL["function"]["parameters"]}  # type: ignore[index]
 MAX = 24
+CODEX = Path(__file__).resolve().parents[1] / "fixtures" / "harness_requests" / "codex.json"
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +101,12 @@ def test_formats_streamed_and_not_with_and_without_tools(vproxy: ProxyHandle, po
         assert call["weight_version"] == "w-1"
         assert call["request"] and call["response"]
         assert call["prompt_token_ids"] and call["completion_token_ids"], call
+        # every format is served through Chat Completions: a logprob for every sampled token, tool calls too
+        assert len(call["completion_logprobs"]) == len(call["completion_token_ids"])
+        if fmt != "chat":
+            assert call["upstream_request"]["messages"] and call["upstream_request"]["return_token_ids"] is True
         if fmt == "responses":
-            # known gap: vLLM's /v1/responses gives logprobs for output text only (no stop token, none for
-            # function calls); chat and anthropic (served through chat) are exact
-            assert len(call["completion_logprobs"]) <= len(call["completion_token_ids"])
-        else:
-            assert len(call["completion_logprobs"]) == len(call["completion_token_ids"])
+            assert call["response"]["object"] == "response" and call["response"]["output"]
         assert all(lp <= 0 for lp in call["completion_logprobs"])
         assert bool(call["request"].get("tools")) == tools
         assert answer.strip()
@@ -142,3 +146,54 @@ def test_multi_turn_prefix_merging(vproxy: ProxyHandle, policy_server: Any, caps
     with capsys.disabled():
         print(f"\n[multi-turn] {merges} of 3 consecutive calls merge (prompt starts with previous prompt+completion)")
     assert merges >= 0
+
+
+def test_codex_request_through_responses_translation(vproxy: ProxyHandle, policy_server: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Codex's recorded first request (its own prompt and tools) as Codex sends it, plus an output limit: the SSE
+    answer is the Responses event sequence Codex reads, the record token-exact."""
+    r = vproxy.register(task="codex-fixture", harness="codex")
+    body = {**json.loads(CODEX.read_text())["body"], "model": policy_server.model, "max_output_tokens": MAX}
+    with httpx.stream("POST", r["base_url"] + "/v1/responses", json=body, timeout=600,
+                      headers={"authorization": f"Bearer {r['key']}", "accept": "text/event-stream"}) as resp:
+        assert resp.status_code == 200, resp.read()
+        raw = b"".join(resp.iter_bytes())
+    events = [json.loads(sse.parse_event(e)[1]) for e in sse.iter_events(raw)]
+    kinds = [e["type"] for e in events]
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert kinds[-1] == "response.completed" and kinds.count("response.output_item.added") == kinds.count(
+        "response.output_item.done")
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = events[-1]["response"]
+    assert final["usage"]["total_tokens"] == final["usage"]["input_tokens"] + final["usage"]["output_tokens"]
+    (call,) = vproxy.calls(r["rollout_id"])
+    assert call["status"] == "ok" and call["wire_format"] == "responses" and call["response"] == final
+    assert len(call["completion_logprobs"]) == len(call["completion_token_ids"]) == final["usage"]["output_tokens"]
+    assert len(call["prompt_token_ids"]) == final["usage"]["input_tokens"]
+    with capsys.disabled():
+        print(f"\n[codex fixture] {len(call['prompt_token_ids'])} prompt tokens, output items "
+              f"{[i['type'] for i in final['output']]}, finish {call['finish_reason']}")
+
+
+def test_responses_function_call_round_trip(vproxy: ProxyHandle, policy_server: Any) -> None:
+    """A forced tool call streamed to the SDK's strict stream reader, its items sent back with the tool's output
+    (as Codex does): both calls recorded token-exact, the second prompt extends the first."""
+    r = vproxy.register(task="responses-tools", harness="sdk")
+    client = openai.OpenAI(base_url=r["base_url"] + "/v1", api_key=r["key"], max_retries=0, timeout=300)
+    history: list[Any] = [{"role": "user", "content": TOOL_ASK}]
+    with client.responses.stream(model=policy_server.model, input=history, tools=[RESP_TOOL],  # type: ignore[call-overload]
+                                 tool_choice="required", max_output_tokens=48, temperature=0) as stream:
+        first = stream.get_final_response()
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert calls and calls[0].name == "get_weather" and json.loads(calls[0].arguments)
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history += [{"type": "function_call_output", "call_id": c.call_id, "output": "sunny, 21 C"} for c in calls]
+    second = client.responses.create(model=policy_server.model, input=history, tools=[RESP_TOOL],  # type: ignore[list-item]
+                                      max_output_tokens=MAX, temperature=0)
+    assert second.status in ("completed", "incomplete")
+    one, two = vproxy.calls(r["rollout_id"])
+    for call in (one, two):
+        assert call["status"] == "ok" and len(call["completion_logprobs"]) == len(call["completion_token_ids"])
+    assert one["finish_reason"] in ("tool_calls", "stop") and one["response"]["output"][-1]["type"] == "function_call"
+    assert two["prompt_token_ids"][:len(one["prompt_token_ids"])] == one["prompt_token_ids"]
+    assert two["upstream_request"]["messages"][-1]["role"] == "tool"
