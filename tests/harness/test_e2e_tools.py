@@ -1,9 +1,10 @@
-"""End to end: task tools over MCP with a real harness. Claude Code (its real binary, from its bundle) runs builtin's
-``mail-reply`` task via ``forge rollout`` in a docker sandbox, through forge's capture proxy, against the real vLLM
-server on the default model. The harness really connected to forge's tool server: the server saw the MCP handshake
-(Claude Code 2.1.332 speaks protocol 2026-07-28: ``server/discover`` rather than ``initialize``) and ``tools/list``
-for that rollout, and the model request the proxy recorded lists the task's tools (as Claude Code
-names MCP tools: ``mcp__forge__<tool>``). A 135M model need not call them.
+"""End to end: task tools over MCP with each real harness that takes MCP servers (Claude Code, Codex, opencode,
+Qwen Code, OpenClaw, pi; their real binaries from their bundles). Each runs builtin's ``mail-reply`` task via
+``forge rollout`` in a docker sandbox, through forge's capture proxy, against the real vLLM server on the default
+model. The harness really connected to forge's tool server: the server saw the MCP handshake (``initialize``, or
+``server/discover`` on protocol 2026-07-28, which Claude Code 2.1.332 speaks) and ``tools/list`` for that rollout,
+and the model request the proxy recorded lists the task's tools (under each harness's own naming, e.g. Claude
+Code's ``mcp__forge__<tool>``). A 135M model need not call them.
 
 Measured here (2 loaded cores, float32 vLLM): the harness ran ~40 s, the test ~5.5 min with vLLM's start.
 """
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,18 +29,28 @@ from tests.helpers import REPO
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
 TOOLS = ("list_inbox", "read_email", "send_email")
+MCP_HARNESSES = ("claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi")
 
 
-def test_claude_code_connects_to_the_task_tools_over_mcp(env: Env) -> None:  # noqa: F811
-    args = [sys.executable, "-m", "forge_cli", "rollout", "--json", "+harness=claude-code", "runtime=docker",
+def _offered(request: dict[str, Any]) -> set[str]:
+    """Tool names a recorded request offers the model (Chat Completions nests them under ``function``)."""
+    names = set()
+    for tool in request.get("tools") or []:
+        names.add(str(tool.get("name") or (tool.get("function") or {}).get("name") or ""))
+    return names
+
+
+@pytest.mark.parametrize("harness", MCP_HARNESSES)
+def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> None:  # noqa: F811
+    args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=docker",
             f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", "env.task_ids=[mail-reply]",
             "rollout.samples_per_task=1", "rollout.concurrency=1", "model.max_output_tokens=64",
             f"model.max_model_len={SERVED_CONTEXT}", f"harness.timeout_s={HARNESS_TIMEOUT_S}",
-            f"run.output_dir={env.out}", "run.name=e2e-tools"]
+            f"run.output_dir={env.out}", f"run.name=e2e-tools-{harness}"]
     started = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=HARNESS_TIMEOUT_S + 600,
                           env={**os.environ, "COLUMNS": "200", "FORGE_HOME": str(env.home)}, check=False)
-    print(f"\n[e2e] claude-code + MCP task tools: {time.monotonic() - started:.0f}s", flush=True)
+    print(f"\n[e2e] {harness} + MCP task tools: {time.monotonic() - started:.0f}s", flush=True)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = Path(json.loads(done.stdout)["run_dir"])
     (result,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
@@ -59,6 +71,6 @@ def test_claude_code_connects_to_the_task_tools_over_mcp(env: Env) -> None:  # n
         requests = [json.loads(row[0]) for row in db.execute(
             "SELECT request FROM calls WHERE rollout_id = ? ORDER BY seq", (result["rollout_id"],))]
     assert requests, f"no call recorded for {result['rollout_id']}\n{output}"
-    offered = {tool.get("name", "") for request in requests for tool in request.get("tools") or []}
+    offered = set().union(*(_offered(request) for request in requests))
     for name in TOOLS:
-        assert f"mcp__forge__{name}" in offered, f"{name} not offered to the model: {sorted(offered)}"
+        assert any(o.endswith(name) for o in offered), f"{harness}: {name} not offered to the model: {sorted(offered)}"
