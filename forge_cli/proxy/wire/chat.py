@@ -9,27 +9,27 @@ from typing import Any
 from forge_cli.proxy.wire import sse
 from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, clamp, dumps, load_object, logprob
 
+# the top-level keys prepare() decides on, found in one scan of the bytes. An unescaped '"key":' can only be an
+# object key (inside JSON strings quotes are escaped), so one occurrence is the top-level key or a nested one with
+# no top-level key beside it -- either way the decision below is right; two occurrences mean: parse.
+_KEYS = re.compile(rb'"(logprobs|top_logprobs|return_token_ids|max_tokens|max_completion_tokens|n)"\s*:\s*')
+_INT = re.compile(rb"(-?\d+)\s*[,}]")
 # keys whose presence means the request needs a real parse (the client asked for capture itself)
-_NEEDS_PARSE = re.compile(rb'"(?:logprobs|top_logprobs|return_token_ids)"')
-# numeric keys read without parsing when they occur once: an unescaped '"key"' can only be an object key
-# (inside JSON strings quotes are escaped), so one occurrence is the top-level key or a nested one with no
-# top-level key beside it -- either way the clamp decision below is right
-_NUMERIC = {key: re.compile(rb'"' + key + rb'"\s*:\s*(-?\d+)\s*[,}]')
-            for key in (b"max_tokens", b"max_completion_tokens", b"n")}
+_CAPTURE_KEYS = frozenset({b"logprobs", b"top_logprobs", b"return_token_ids"})
 _CAPTURE = b'"return_token_ids":true,"logprobs":true'
 
 
 def _scan_numbers(text: bytes) -> dict[str, int] | None:
-    """The numeric keys that matter, read from the bytes; ``None`` when that is ambiguous (then parse)."""
+    """The numeric keys that matter, read from the bytes; ``None`` when the body must be parsed instead."""
     found: dict[str, int] = {}
-    for key, pattern in _NUMERIC.items():
-        count = text.count(b'"' + key + b'"')
-        if count == 0:
-            continue
-        match = pattern.search(text)
-        if count > 1 or match is None:
+    for match in _KEYS.finditer(text):
+        key = match.group(1)
+        if key in _CAPTURE_KEYS or key.decode() in found:
             return None
-        found[key.decode()] = int(match.group(1))
+        number = _INT.match(text, match.end())
+        if number is None:
+            return None
+        found[key.decode()] = int(number.group(1))
     return found
 
 
@@ -45,7 +45,7 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
     """
     text = body.strip()
     numbers = None
-    if not limits.model and text[:1] == b"{" and text[-1:] == b"}" and not _NEEDS_PARSE.search(text):
+    if not limits.model and text[:1] == b"{" and text[-1:] == b"}":
         numbers = _scan_numbers(text)
     if numbers is not None and numbers.get("n", 1) == 1:
         clamped = {k: clamp(v, limits.max_output_tokens) for k, v in numbers.items() if k != "n"}
