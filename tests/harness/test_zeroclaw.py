@@ -4,7 +4,8 @@ user-provided binary (its releases are out of reach here, and no package registr
 Schema and CLI facts come from zeroclaw-labs/zeroclaw at tag v0.8.4 (commit
 a56c345d51dd8ab562e9351e0d4ab83f6a741db9): crates/zeroclaw-config/src/schema.rs (``Config`` :78,
 ``ModelProviderConfig`` :771, ``CustomModelProviderConfig`` :3185, ``AliasedAgentConfig`` :3540,
-``RiskProfileConfig`` :11772, ``RuntimeProfileConfig`` :11895, ``McpConfig`` :4989),
+``RiskProfileConfig`` :11772, ``RuntimeProfileConfig`` :11895, ``McpServerConfig`` :4943, ``McpConfig`` :4989,
+``McpBundleConfig`` :12056),
 crates/zeroclaw-config/src/migration.rs:9,42 (schema_version 3; none means v1), src/main.rs:629
 (``zeroclaw agent -a <alias> -m <message>``), crates/zeroclaw-config/src/policy.rs:310 (default
 forbidden paths include /tmp), docs/book/src/providers/custom.md. See ``zeroclaw_schema.py``.
@@ -24,12 +25,14 @@ import pytest
 from pydantic import ValidationError
 
 from forge_cli.config.compose import compose
-from forge_cli.harness.adapter import RolloutContext, prepare
-from tests.harness.zeroclaw_schema import ZeroClawConfig, check_references, parse_agent_argv
+from forge_cli.envs.registry import load_tasks
+from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
+from tests.harness.zeroclaw_schema import ZeroClawConfig, check_references, mcp_servers_for_agent, parse_agent_argv
 from tests.helpers import forge
 
 CONFIG = "/tmp/forge-home/.zeroclaw/config.toml"
 TRICKY = '-v "quoted" and $HOME, `ticks`\nsecond line'
+TOOLS_URL = "http://127.0.0.1:8900/r/task-0-abc123"
 
 # clap's `zeroclaw agent` as far as forge uses it: --version, `agent -a ALIAS` with `-m TEXT` or
 # `--message=TEXT`; anything else fails as clap does (exit 2). Then prints what it was given as JSON.
@@ -47,19 +50,26 @@ EOF
 '''
 
 
-def render(instruction: str = "Create hello.txt") -> tuple[list[str], dict[str, str], str]:
-    """argv, env and config.toml of one rollout with the shipped zeroclaw.yaml."""
+def render(instruction: str = "Create hello.txt", tools: bool = False) -> tuple[list[str], dict[str, str], str]:
+    """argv, env and config.toml of one rollout with the shipped zeroclaw.yaml (``tools``: for builtin's
+    mail-reply task, whose three mailbox tools come from forge's tool server)."""
     exp = compose(["+harness=zeroclaw"]).experiment
+    task_tools = None
+    if tools:
+        (task,) = load_tasks(compose(["env.task_ids=[mail-reply]"]).experiment.env).tasks
+        assert task.tools
+        task_tools = ToolsContext(task.tools, TOOLS_URL, "ft-test-key")
     ctx = RolloutContext(rollout_id="task-0-abc123", proxy_url="http://127.0.0.1:8800", api_key="fk-test-key",
                          instruction=instruction, workdir="/work", home="/tmp/forge-home",
-                         bundle="/opt/forge/harness")
+                         bundle="/opt/forge/harness", tools=task_tools)
     inv = prepare(exp.harness, exp.model, ctx)
     assert list(inv.files) == [CONFIG]
     return inv.argv, inv.env, inv.files[CONFIG]
 
 
-def test_rendered_config_matches_zeroclaw_schema() -> None:
-    argv, env, text = render()
+@pytest.mark.parametrize("tools", [False, True], ids=["no-tools", "task-tools"])
+def test_rendered_config_matches_zeroclaw_schema(tools: bool) -> None:
+    argv, env, text = render(tools=tools)
     config = ZeroClawConfig.model_validate(tomllib.loads(text))
     options = parse_agent_argv(argv[1:])
     agent = options.get("-a") or options["--agent"]
@@ -77,6 +87,44 @@ def test_rendered_config_matches_zeroclaw_schema() -> None:
     assert config.runtime_profiles[config.agents[agent].runtime_profile].max_actions_per_hour >= 10_000
     assert config.agents[agent].workspace.path == "/work"
     assert env["ZEROCLAW_CONFIG_DIR"] == str(Path(CONFIG).parent)
+    granted = mcp_servers_for_agent(config, agent)
+    if not tools:  # nothing MCP-related for a task without tools
+        assert granted == [] and config.mcp.servers == [] and config.mcp_bundles == {}
+        assert config.agents[agent].mcp_bundles == []
+        return
+    # the agent gets exactly forge's server: Streamable HTTP ("http") at this rollout's endpoint, with its key
+    assert [(s.name, s.transport, s.url, s.headers) for s in granted] == [
+        ("forge", "http", f"{TOOLS_URL}/mcp", {"Authorization": "Bearer ft-test-key"})]
+    assert config.mcp.enabled and not config.mcp.deferred_loading
+    # no skill file either (render() checks config.toml is the only file) and no skill hint in the instruction
+    assert argv[-1] == "--message=Create hello.txt"
+
+
+def test_task_tools_config_is_the_plain_config_plus_the_mcp_server() -> None:
+    """The two templates in zeroclaw.yaml differ only by the MCP server, its bundle and the agent's grant."""
+    plain = tomllib.loads(render()[2])
+    with_tools = tomllib.loads(render(tools=True)[2])
+    assert with_tools["agents"]["rl"].pop("mcp_bundles") == ["forge"]
+    assert set(with_tools.pop("mcp")) == {"servers"} and with_tools.pop("mcp_bundles") == {
+        "forge": {"servers": ["forge"]}}
+    assert with_tools == plain
+
+
+def test_mcp_checks_catch_what_zeroclaw_would_refuse_or_not_grant() -> None:
+    base = ('schema_version = 3\n[providers.models.custom.rl]\nuri = "http://x/v1"\n[risk_profiles.rl]\n'
+            '[agents.rl]\nmodel_provider = "custom.rl"\nrisk_profile = "rl"\n')
+    no_url = ZeroClawConfig.model_validate(tomllib.loads(
+        base + 'mcp_bundles = ["b"]\n[[mcp.servers]]\nname = "forge"\ntransport = "http"\n'
+        '[mcp_bundles.b]\nservers = ["forge"]\n'))
+    assert check_references(no_url, "rl") == ["mcp.servers[0] with transport=http requires url"]
+    # a server with no bundle, or a bundle the agent does not name, grants nothing (ZeroClaw only warns)
+    ungranted = ZeroClawConfig.model_validate(tomllib.loads(
+        base + '[[mcp.servers]]\nname = "forge"\ntransport = "http"\nurl = "http://t/mcp"\n'
+        '[mcp_bundles.b]\nservers = ["forge"]\n'))
+    assert check_references(ungranted, "rl") == [] and mcp_servers_for_agent(ungranted, "rl") == []
+    with pytest.raises(ValidationError, match="transport"):  # McpTransport is lowercase stdio | http | sse
+        ZeroClawConfig.model_validate(tomllib.loads(
+            base + '[[mcp.servers]]\nname = "forge"\ntransport = "streamable-http"\nurl = "http://t/mcp"\n'))
 
 
 def test_instruction_reaches_clap_as_one_value() -> None:

@@ -29,12 +29,15 @@ modelled: any other top-level table is an error too.
 
 ``check_references`` mirrors ``Config::validate()``'s dangling-reference errors for the agent's
 ``model_provider`` / ``risk_profile`` / ``runtime_profile`` (docs/book/src/providers/configuration.md,
-"Picking which provider an agent uses").
+"Picking which provider an agent uses") and its MCP checks (``validate_mcp_config``, schema.rs:9519: a
+non-empty unique name, an http(s) ``url`` for http/sse, a timeout of 1..600 s); ``mcp_servers_for_agent``
+mirrors ``Config::mcp_servers_for_agent`` / ``mcp_servers_for_bundles`` (schema.rs:4325, :4346).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -225,6 +228,8 @@ def check_references(config: ZeroClawConfig, agent: str) -> list[str]:
         errors.append(f"agents.{agent}.risk_profile: risk_profiles.{entry.risk_profile} is not configured")
     if entry.runtime_profile and entry.runtime_profile not in config.runtime_profiles:
         errors.append(f"agents.{agent}.runtime_profile: runtime_profiles.{entry.runtime_profile} is not configured")
+    if config.mcp.enabled:
+        errors += _mcp_errors(config.mcp)
     servers = {server.name for server in config.mcp.servers}
     for bundle in entry.mcp_bundles:
         if bundle not in config.mcp_bundles:
@@ -233,6 +238,48 @@ def check_references(config: ZeroClawConfig, agent: str) -> list[str]:
             errors += [f"mcp_bundles.{bundle}: no [[mcp.servers]] named {name}"
                        for name in config.mcp_bundles[bundle].servers if name not in servers]
     return errors
+
+
+# schema.rs:9517
+MCP_MAX_TOOL_TIMEOUT_SECS = 600
+
+
+def _mcp_errors(mcp: McpConfig) -> list[str]:
+    """``validate_mcp_config`` (schema.rs:9519): what makes ZeroClaw refuse the whole config."""
+    errors: list[str] = []
+    seen: set[str] = set()
+    for i, server in enumerate(mcp.servers):
+        name = server.name.strip()
+        if not name:
+            errors.append(f"mcp.servers[{i}].name must not be empty")
+        elif name.lower() in seen:
+            errors.append(f"mcp.servers contains duplicate name: {name}")
+        seen.add(name.lower())
+        timeout = server.tool_timeout_secs
+        if timeout is not None and not 0 < timeout <= MCP_MAX_TOOL_TIMEOUT_SECS:
+            errors.append(f"mcp.servers[{i}].tool_timeout_secs must be in 1..={MCP_MAX_TOOL_TIMEOUT_SECS}")
+        url = (server.url or "").strip()
+        if server.transport == "stdio":
+            if not server.command.strip():
+                errors.append(f"mcp.servers[{i}] with transport=stdio requires non-empty command")
+        elif not url:
+            errors.append(f"mcp.servers[{i}] with transport={server.transport} requires url")
+        elif urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+            errors.append(f"mcp.servers[{i}].url must use http/https")
+    return errors
+
+
+def mcp_servers_for_agent(config: ZeroClawConfig, agent: str) -> list[McpServerConfig]:
+    """The MCP servers ZeroClaw connects for ``agent``: only those its ``mcp_bundles`` grant (exclude wins;
+    an unknown bundle or server name grants nothing), in first-seen order (schema.rs:4325, :4346)."""
+    entry = config.agents.get(agent)
+    bundles = [config.mcp_bundles[b] for b in (entry.mcp_bundles if entry else []) if b in config.mcp_bundles]
+    excluded = {name for bundle in bundles for name in bundle.exclude}
+    granted = list(dict.fromkeys(n for bundle in bundles for n in bundle.servers if n not in excluded))
+    by_name: dict[str, McpServerConfig] = {}
+    for server in config.mcp.servers:
+        by_name.setdefault(server.name, server)  # `iter().find`: the first server of that name
+    return [by_name[name] for name in granted if name in by_name]
 
 
 # `zeroclaw agent` (src/main.rs:629-663 at v0.8.4, clap derive): options and whether each takes a value;

@@ -19,7 +19,7 @@ GOLDEN = Path(__file__).parent / "golden"
 HARNESSES = sorted(group_options()["harness"])
 URL = "http://127.0.0.1:8900/r/mail-0-abc123"
 KEY = "ft-test-key"
-MCP = {"claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi"}
+MCP = {"claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi", "zeroclaw"}
 
 
 def _prepare(harness: str, task: Task, tools: bool = True) -> tuple[list[str], dict[str, str], dict[str, str]]:
@@ -72,6 +72,12 @@ def _mcp_entry(harness: str, argv: list[str], env: dict[str, str], files: dict[s
         assert 'mcp: {' in text and f'url: "{URL}/mcp"' in text and f'Bearer {KEY}' in text
         assert 'transport: "streamable-http"' in text and 'primary: "rl/policy"' in text
         return {"url": f"{URL}/mcp"}
+    if harness == "zeroclaw":  # the server its agent's mcp_bundles grant (schema: tests/harness/test_zeroclaw.py)
+        config = tomllib.loads(files[f"{home}/.zeroclaw/config.toml"])
+        (bundle,) = config["agents"]["rl"]["mcp_bundles"]
+        (entry,) = [s for s in config["mcp"]["servers"] if s["name"] in config["mcp_bundles"][bundle]["servers"]]
+        assert entry["name"] == "forge" and entry["transport"] == "http"
+        return dict(entry)
     raise AssertionError(harness)
 
 
