@@ -25,21 +25,24 @@ from forge_cli.proxy.control import Control
 from forge_cli.proxy.metrics import Metrics
 from forge_cli.proxy.sink import RecordSink
 from forge_cli.proxy.state import Registry, Rollout
-from forge_cli.proxy.wire import anthropic, chat, responses
-from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared, anthropic_error, dumps, openai_error
+from forge_cli.proxy.wire import anthropic, chat, gemini, responses
+from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared, anthropic_error, dumps, gemini_error, openai_error
 
 log = logging.getLogger("forge.proxy")
-MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic}
+MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic, "gemini": gemini}
+# formats whose clients read errors in their own shape (OpenAI's is the default)
+ERRORS: dict[str, Any] = {"anthropic": anthropic_error, "gemini": gemini_error}
 # request headers worth keeping in a record (session ids split sub-sessions inside a rollout)
 KEEP_HEADERS = frozenset({"user-agent", "traceparent", "session-id", "x-session-id", "x-claude-code-session-id",
-                          "anthropic-version", "anthropic-beta", "openai-beta", "x-stainless-lang"})
+                          "anthropic-version", "anthropic-beta", "openai-beta", "x-stainless-lang",
+                          "x-goog-api-client"})
 _KEEP_HEADERS_B = frozenset(h.encode() for h in KEEP_HEADERS)
 _REPLACED_HEADERS = frozenset(h.encode() for h in (*auth.CREDENTIAL_HEADERS, "host", "accept-encoding"))
 CLIENT_GONE = ("Client disconnected", "Connection killed", "killed")
 
 
 def _error_body(fmt: str, status: int, message: str, kind: str) -> bytes:
-    return anthropic_error(status, message, kind) if fmt == "anthropic" else openai_error(status, message, kind)
+    return ERRORS.get(fmt, openai_error)(status, message, kind)
 
 
 def _mitm_error_response(status_code: int, message: str = "") -> bytes:
@@ -176,7 +179,7 @@ class ForgeProxy:
             flow.metadata["forge"] = call
             return
         rid, _, rest = path[3:].partition("/")
-        rest = "/" + rest
+        rest, query_key = auth.pop_query_key("/" + rest)  # Gemini API clients may send ?key= instead of a header
         rollout = self.registry.rollouts.get(rid)
         call = Call(rollout, wire.format_for_path(rest), rest)
         flow.metadata["forge"] = call
@@ -185,7 +188,7 @@ class ForgeProxy:
             call.reject = (431, "header_too_large", f"request headers are {size} bytes (limit {self.max_header_bytes})")
         elif rollout is None or rollout.finished is not None:
             call.reject = (401, "unauthorized", f"unknown or finished rollout {rid!r}")
-        elif not auth.matches(auth.presented_key(flow.request.headers), rollout.key_digest):
+        elif not auth.matches(auth.presented_key(flow.request.headers) or query_key, rollout.key_digest):
             call.reject = (401, "unauthorized", "missing or wrong API key for this rollout")
 
     def request(self, flow: http.HTTPFlow) -> None:
@@ -218,7 +221,9 @@ class ForgeProxy:
             body = req.content or b""
             req.headers.pop("content-encoding")
         try:
-            call.prep = MODULES[call.fmt].prepare(body, self.limits)
+            module = MODULES[call.fmt]  # Gemini's model and method are in the path
+            call.prep = (module.prepare(body, self.limits, call.path) if call.fmt == "gemini"
+                         else module.prepare(body, self.limits))
         except BadRequest as exc:
             self._reject(flow, call, exc.status, "bad_request", exc.message)
             return
@@ -266,8 +271,8 @@ class ForgeProxy:
             self._record(call, "ok", None, resp.status_code, raw)
         else:
             client = raw
-            if call.fmt == "anthropic":
-                client = _error_body("anthropic", resp.status_code, _upstream_message(raw), "upstream_error")
+            if call.fmt in ERRORS:
+                client = _error_body(call.fmt, resp.status_code, _upstream_message(raw), "upstream_error")
                 resp.content = client
                 resp.headers["content-type"] = "application/json"
             self.metrics.error("upstream_4xx" if resp.status_code < 500 else "upstream_5xx")

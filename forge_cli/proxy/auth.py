@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 # request headers that carry credentials: never forwarded upstream as-is, never recorded
 CREDENTIAL_HEADERS = frozenset({
@@ -37,6 +38,22 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
         scheme, _, value = auth.partition(" ")
         return value.strip() if scheme.lower() == "bearer" else None
     return headers.get("x-api-key") or headers.get("x-goog-api-key")
+
+
+def pop_query_key(path: str) -> tuple[str, str | None]:
+    """``path`` without a ``key=`` query parameter (Gemini API clients' alternative to ``x-goog-api-key``), and
+    the key; the path kept for the record then never holds it."""
+    route, sep, query = path.partition("?")
+    if not sep or "key=" not in query:
+        return path, None
+    key = None
+    kept = []
+    for item in query.split("&"):
+        if item.startswith("key="):
+            key = unquote(item[4:])
+        else:
+            kept.append(item)
+    return (route + "?" + "&".join(kept) if kept else route), key
 
 
 def recordable_headers(headers: Mapping[str, str], keep: frozenset[str]) -> dict[str, str]:

@@ -8,7 +8,7 @@ field                  type         meaning
 id                     int64        row id in this store (monotonic per store)
 rollout_id             string       the ``/r/<id>`` the harness called through
 seq                    int32        0-based order of the call within its rollout (by arrival)
-wire_format            string       ``chat`` | ``responses`` | ``anthropic`` (the client's API)
+wire_format            string       ``chat`` | ``responses`` | ``anthropic`` | ``gemini`` (the client's API)
 path                   string       client path after the ``/r/<id>`` prefix, e.g. ``/v1/messages``
 model                  string       model name the client asked for
 stream                 bool         the answer was streamed (SSE)

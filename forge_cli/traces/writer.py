@@ -16,11 +16,11 @@ import sys
 import time
 from typing import Any
 
-from forge_cli.proxy.wire import anthropic, chat, responses
+from forge_cli.proxy.wire import anthropic, chat, gemini, responses
 from forge_cli.proxy.wire.base import Assembled, Prepared
 from forge_cli.traces import frames, store
 
-_MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic}
+_MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic, "gemini": gemini}
 
 
 def _json_text(raw: bytes | None) -> str | None:

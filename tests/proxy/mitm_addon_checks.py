@@ -199,6 +199,61 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         (row,) = await self.rows()
         self.assertEqual((row["status"], row["completion_tokens"]), ("ok", 4))
 
+    async def test_gemini_stream_translated_key_in_query_then_either_hook(self) -> None:
+        for end in ("response", "error"):
+            with self.subTest(end=end):
+                f = _flow(f"/r/{self.rid}/v1beta/models/policy:streamGenerateContent?alt=sse&key={self.key}",
+                          {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, None)
+                self.addon.requestheaders(f)
+                self.addon.request(f)
+                self.assertIsNone(f.response)
+                sent = json.loads(f.request.content)
+                self.assertEqual(f.request.path, "/v1/chat/completions")  # neither the query nor the key go upstream
+                self.assertEqual((sent["model"], sent["messages"], sent["max_tokens"], sent["stream"]),
+                                 ("policy", [{"role": "user", "content": "hi"}], 100, True))
+                out = self.stream(f, fake.chat_events({**sent, "model": "policy"}))
+                if end == "response":
+                    f.response.stream(b"")
+                    self.addon.response(f)
+                else:
+                    f.error = mflow.Error("Client disconnected.")
+                    self.addon.error(f)
+                self.assertTrue(out.startswith(b"data: {\"candidates\""), out[:200])
+                self.assertNotIn(b"token_ids", out)
+                (row,) = await self.rows()
+                self.assertEqual((row["status"], row["wire_format"]), ("ok", "gemini"))
+                self.assertEqual(row["path"], "/v1beta/models/policy:streamGenerateContent?alt=sse")  # key not kept
+                self.assertNotIn(self.key, json.dumps(dict(row)))
+                self.assertEqual(json.loads(row["completion_token_ids"]), fake.TOKENS)
+                self.assertEqual(len(json.loads(row["completion_logprobs"])), len(fake.TOKENS))
+                answer = json.loads(row["response"])["candidates"][0]
+                self.assertEqual((answer["content"]["parts"], answer["finishReason"]),
+                                 ([{"text": "Hello, world!"}], "STOP"))
+                conn = sqlite3.connect(self.store)
+                conn.execute("DELETE FROM calls")
+                conn.commit()
+                conn.close()
+
+    async def test_gemini_errors_in_googles_shape(self) -> None:
+        for path, key, status in ((f"/r/{self.rid}/v1beta/models/policy:countTokens", self.key, 404),
+                                  (f"/r/{self.rid}/v1beta/models/policy:generateContent?key=wrong", None, 401),
+                                  (f"/r/{self.rid}/v1beta/models/policy:streamGenerateContent", self.key, 400)):
+            f = _flow(path, {"contents": []}, key)
+            self.addon.requestheaders(f)
+            self.addon.request(f)
+            self.assertEqual(f.response.status_code, status, path)
+            self.assertEqual(json.loads(f.response.content)["error"]["code"], status)
+            self.assertIn("status", json.loads(f.response.content)["error"])
+        f = self.forward({"contents": [{"parts": [{"text": "hi"}]}]}, path="/v1beta/models/policy:generateContent")
+        f.response = http.Response.make(400, b'{"object":"error","message":"too long","code":400}',
+                                        {"content-type": "application/json"})
+        self.addon.responseheaders(f)
+        self.addon.response(f)
+        self.assertEqual(json.loads(f.response.content), {"error": {
+            "code": 400, "message": "upstream_error: too long", "status": "INVALID_ARGUMENT"}})
+        (row,) = await self.rows()
+        self.assertEqual((row["status"], row["wire_format"]), ("upstream_error", "gemini"))
+
     async def test_upstream_connect_failure_is_upstream_error_and_fails_over(self) -> None:
         f = self.forward({"model": "m", "messages": []})
         f.error = mflow.Error("Connection refused")

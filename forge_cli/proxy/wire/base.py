@@ -85,6 +85,17 @@ def anthropic_error(status: int, message: str, kind: str) -> bytes:
     return dumps({"type": "error", "error": {"type": names.get(status, "api_error"), "message": f"{kind}: {message}"}})
 
 
+_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                  409: "ABORTED", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL", 501: "UNIMPLEMENTED",
+                  503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+def gemini_error(status: int, message: str, kind: str) -> bytes:
+    """Google's error shape (Gemini API): ``{"error": {"code", "message", "status"}}``."""
+    name = _GOOGLE_STATUS.get(status, "INVALID_ARGUMENT" if status < 500 else "INTERNAL")
+    return dumps({"error": {"code": status, "message": f"{kind}: {message}", "status": name}})
+
+
 def logprob(entry: dict[str, Any]) -> float:
     """A sampled token's logprob; vLLM sends ``null`` where the value is not finite (NaN): kept as NaN so the
     call keeps its token ids instead of failing to parse."""
