@@ -1,8 +1,9 @@
 """Compose an experiment from ``configs/`` with Hydra's compose API, then validate it.
 
 Every problem found is collected and raised at once as a :class:`ConfigError` (exit 2): malformed
-overrides, unknown group options (with near-miss suggestions), composition failures, missing
-required values and type errors, each naming the key, the bad value and what is allowed.
+overrides, unknown group options (with near-miss suggestions), config files that are not valid YAML
+(file, line and column), composition failures, missing required values and type errors, each naming
+the key, the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -155,6 +156,22 @@ def _pydantic_problems(exc: Any, data: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _yaml_problem(exc: Any) -> str:
+    """A YAML syntax error in a config file as ``FILE:LINE:COLUMN: invalid YAML: what (while what, where)``."""
+    context_mark = getattr(exc, "context_mark", None)
+    where = getattr(exc, "problem_mark", None) or context_mark
+    if where is None:
+        return f"a config file is not valid YAML: {' '.join(str(exc).split())}"
+    problem, context = getattr(exc, "problem", None), getattr(exc, "context", None)
+    text = problem or context or "syntax error"
+    if problem and context:
+        started = ""
+        if context_mark is not None and (context_mark.line, context_mark.column) != (where.line, where.column):
+            started = f" at line {context_mark.line + 1}, column {context_mark.column + 1}"
+        text += f" ({context}{started})"
+    return f"{where.name}:{where.line + 1}:{where.column + 1}: invalid YAML: {text}"
+
+
 def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None) -> Composed:
     """Compose ``experiment.yaml`` with ``overrides`` and validate it into an :class:`Experiment`."""
     from hydra import compose as hydra_compose
@@ -164,6 +181,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     from pydantic import ValidationError
+    from yaml import YAMLError
 
     options = group_options(config_dir)
     normalised, problems = _normalise(list(overrides), options)
@@ -187,6 +205,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
     except (HydraException, OmegaConfBaseException) as exc:
         message = " ".join(str(exc).split())
         raise ConfigError([message]) from None
+    except YAMLError as exc:  # a group file that does not parse (Hydra lets PyYAML's error through)
+        raise ConfigError([_yaml_problem(exc)]) from None
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(raw, dict)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,6 +73,18 @@ def test_bad_input_one_clear_message(command: list[str], args: list[str], messag
     assert message in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stderr.startswith("error: invalid experiment")
+
+
+@pytest.mark.parametrize("command", [["config", "show"], ["rollout", "--dry-run"], ["doctor"]], ids=" ".join)
+def test_invalid_yaml_under_config_dir_one_clear_message(command: list[str], tmp_path: Path) -> None:
+    broken = tmp_path / "harness" / "broken.yaml"
+    broken.parent.mkdir()
+    broken.write_text("name: broken\npackage: {manager: npm\ncommand: [a]\n")
+    result = forge(*command, "--config-dir", str(tmp_path), "+harness=broken")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.startswith("error: invalid experiment")
+    assert f"{broken}:3:8: invalid YAML: expected ',' or '}}'" in result.stderr
 
 
 def test_config_show_prints_composed_yaml() -> None:

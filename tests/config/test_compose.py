@@ -113,6 +113,21 @@ def test_malformed_override() -> None:
     assert "malformed override" in problem
 
 
+@pytest.mark.parametrize(("group", "text", "where", "what"), [
+    ("harness", "name: broken\npackage: {manager: npm\ncommand: [a]\n", ":3:8: invalid YAML: ",
+     "expected ',' or '}', but got ':' (while parsing a flow mapping at line 2, column 10)"),
+    ("env", "kind: builtin\n\tpath: x\n", ":2:1: invalid YAML: ", "found character '\\t' that cannot start any token"),
+    ("harness", "name: a\nname: b\n", ":2:1: invalid YAML: ", "found duplicate key name"),
+], ids=["unclosed-brace", "tab", "duplicate-key"])
+def test_invalid_yaml_in_a_group_file_is_one_problem(tmp_path: Path, group: str, text: str, where: str,
+                                                       what: str) -> None:
+    path = tmp_path / group / "broken.yaml"
+    path.parent.mkdir()
+    path.write_text(text)
+    (problem,) = _problems([f"+{group}=broken"], tmp_path)
+    assert problem.startswith(f"{path}{where}") and what in problem
+
+
 def test_missing_config_dir() -> None:
     assert _problems([], Path("/nonexistent/forge-configs")) == [
         "--config-dir /nonexistent/forge-configs: no such directory"]
