@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_HARNESSES = ("react", "openclaw", "codex", "claude-code", "pi", "opencode", "qwen-code", "mini-swe-agent")
+DEFAULT_HARNESSES = ("react", "openclaw", "codex", "claude-code", "pi", "opencode", "qwen-code", "gemini-cli",
+                     "mini-swe-agent")
 
 
 @dataclass

@@ -4,9 +4,9 @@
     .venv/bin/python scripts/record-harness-requests.py [HARNESS ...] [--out DIR] [--timeout S]
 
 Starts a loopback HTTP server that answers every wire format plausibly (Chat Completions, Responses
-API and Anthropic Messages; streamed or not; a short text answer with proper stream termination),
-runs each installed harness bundle's one-shot command against it (config files, env and argv
-rendered from configs/harness/<name>.yaml, in a scratch HOME), and writes the first requests of each
+API, Anthropic Messages and the Gemini API; streamed or not; a short text answer with proper stream
+termination), runs each installed harness bundle's one-shot command against it (config files, env and
+argv rendered from configs/harness/<name>.yaml, in a scratch HOME), and writes the first requests of each
 harness as <out>/<harness>.json, scrubbed of the key, host, port and machine paths. Install the
 bundles first: `forge harness install NAME`. Only loopback traffic; nothing leaves the machine.
 """
@@ -135,8 +135,21 @@ def messages_answer(body: dict[str, Any]) -> tuple[str, bytes]:
     return "text/event-stream", sse(events)
 
 
+def gemini_answer(path: str, body: dict[str, Any]) -> tuple[str, bytes]:
+    usage = {"promptTokenCount": 100, "candidatesTokenCount": 2, "totalTokenCount": 102}
+    response = {"candidates": [{"content": {"role": "model", "parts": [{"text": ANSWER}]}, "finishReason": "STOP",
+                                "index": 0}], "usageMetadata": usage, "modelVersion": MODEL, "responseId": "rec"}
+    if ":streamGenerateContent" not in path:
+        return "application/json", json.dumps(response).encode()
+    return "text/event-stream", sse([(None, response)])
+
+
 def answer(path: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
     route = path.split("?", 1)[0].rstrip("/")
+    if route.endswith(":countTokens"):
+        return 200, "application/json", json.dumps({"totalTokens": 100}).encode()
+    if route.endswith((":generateContent", ":streamGenerateContent")):
+        return 200, *gemini_answer(path, body)
     if route.endswith("/chat/completions"):
         return 200, *chat_answer(body)
     if route.endswith("/responses"):

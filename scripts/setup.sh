@@ -61,7 +61,7 @@ setup_model() {
 
 setup_harnesses() {
   setup_core
-  local names=${FORGE_HARNESSES:-"pi codex claude-code opencode qwen-code openclaw mini-swe-agent react"}
+  local names=${FORGE_HARNESSES:-"pi codex claude-code opencode qwen-code gemini-cli openclaw mini-swe-agent react"}
   log "harness bundles: $names"
   # shellcheck disable=SC2086
   .venv/bin/forge harness install $names

@@ -36,7 +36,7 @@ def test_every_shipped_option_validates() -> None:
     options = group_options()
     assert set(options) == set(GROUPS)
     assert set(options["harness"]) >= {"react", "openclaw", "zeroclaw", "codex", "claude-code", "pi", "opencode",
-                                       "qwen-code", "mini-swe-agent"}
+                                       "qwen-code", "gemini-cli", "mini-swe-agent"}
     assert set(options["env"]) == {"builtin", "harbor", "claweval", "qwenclawbench", "osworld", "browser"}
     assert set(options["algo"]) == {"grpo", "dapo", "rloo"}
     assert set(options["runtime"]) == {"local", "docker", "kubernetes"}

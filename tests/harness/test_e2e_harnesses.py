@@ -1,5 +1,5 @@
-"""End to end with the real harness binaries: each of OpenClaw, Codex, Claude Code, pi, opencode, Qwen Code and
-mini-swe-agent runs one builtin task in a docker sandbox (forge-base:bookworm, its bundle mounted read-only)
+"""End to end with the real harness binaries: each of OpenClaw, Codex, Claude Code, pi, opencode, Qwen Code, Gemini
+CLI and mini-swe-agent runs one builtin task in a docker sandbox (forge-base:bookworm, its bundle mounted read-only)
 against the real vLLM server on the default model, through forge's capture proxy, via `forge rollout`.
 
 Per harness (one run each, in turn): the harness ran to an end (``ok`` or ``agent_error``: a 135M model is not
@@ -42,12 +42,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark
 
 # harness -> the wire format the proxy must record its calls in
 WIRE = {"openclaw": "chat", "codex": "responses", "claude-code": "anthropic", "pi": "chat", "opencode": "chat",
-        "qwen-code": "chat", "mini-swe-agent": "chat"}
+        "qwen-code": "chat", "gemini-cli": "gemini", "mini-swe-agent": "chat"}
 # the concurrent mix: harness -> samples (8 rollouts, every wire format, two per proxy)
 CONCURRENT = {"pi": 2, "claude-code": 2, "mini-swe-agent": 2, "codex": 2}
 IMAGE = "forge-base:bookworm"
 HARNESS_TIMEOUT_S = 600
-PATH_OF = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
+PATH_OF = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages",
+           "gemini": "/v1beta/models/policy:streamGenerateContent"}
 
 
 @dataclass

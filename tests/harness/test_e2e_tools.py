@@ -1,7 +1,7 @@
 """End to end: task tools over MCP with each real harness that takes MCP servers (Claude Code, Codex, opencode,
-Qwen Code, OpenClaw, pi; their real binaries from their bundles). Each runs builtin's ``mail-reply`` task via
-``forge rollout`` in a docker sandbox, through forge's capture proxy, against the real vLLM server on the default
-model. The harness really connected to forge's tool server: the server saw the MCP handshake (``initialize``, or
+Qwen Code, OpenClaw, pi, Gemini CLI; their real binaries from their bundles). Each runs builtin's ``mail-reply``
+task via ``forge rollout`` in a docker sandbox, through forge's capture proxy, against the real vLLM server on the
+default model. The harness really connected to forge's tool server: the server saw the MCP handshake (``initialize``, or
 ``server/discover`` on protocol 2026-07-28, which Claude Code 2.1.332 speaks) and ``tools/list`` for that rollout,
 and the model request the proxy recorded lists the task's tools (under each harness's own naming, e.g. Claude
 Code's ``mcp__forge__<tool>``). A 135M model need not call them.
@@ -29,14 +29,16 @@ from tests.helpers import REPO
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
 TOOLS = ("list_inbox", "read_email", "send_email")
-MCP_HARNESSES = ("claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi")
+MCP_HARNESSES = ("claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi", "gemini-cli")
 
 
 def _offered(request: dict[str, Any]) -> set[str]:
-    """Tool names a recorded request offers the model (Chat Completions nests them under ``function``)."""
+    """Tool names a recorded request offers the model (Chat Completions nests them under ``function``, the Gemini
+    API under ``functionDeclarations``)."""
     names = set()
     for tool in request.get("tools") or []:
         names.add(str(tool.get("name") or (tool.get("function") or {}).get("name") or ""))
+        names.update(str(d.get("name") or "") for d in tool.get("functionDeclarations") or ())
     return names
 
 

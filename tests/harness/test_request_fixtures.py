@@ -14,10 +14,11 @@ import yaml
 from forge_cli.paths import configs_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harness_requests"
-RECORDED = ["claude-code", "codex", "mini-swe-agent", "openclaw", "opencode", "pi", "qwen-code"]
+RECORDED = ["claude-code", "codex", "gemini-cli", "mini-swe-agent", "openclaw", "opencode", "pi", "qwen-code"]
 ROUTES = {"chat_completions": "/v1/chat/completions", "responses": "/v1/responses",
-          "anthropic_messages": "/v1/messages"}
-CREDENTIAL = {"chat_completions": "authorization", "responses": "authorization", "anthropic_messages": "x-api-key"}
+          "anthropic_messages": "/v1/messages", "gemini": "/v1beta/models/policy:streamGenerateContent"}
+CREDENTIAL = {"chat_completions": "authorization", "responses": "authorization", "anthropic_messages": "x-api-key",
+              "gemini": "x-goog-api-key"}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -46,6 +47,16 @@ def _check_responses(body: dict[str, Any]) -> None:
     assert all(tool.get("type") for tool in body.get("tools", []))
 
 
+def _check_gemini(body: dict[str, Any]) -> None:
+    """Gemini API: no model or stream flag in the body (both are in the path), parts-based contents."""
+    assert "model" not in body and "stream" not in body
+    assert body["contents"] and all(c["role"] in ("user", "model") for c in body["contents"])
+    assert body["contents"][-1]["role"] == "user" and body["systemInstruction"]["parts"][0]["text"]
+    for tool in body.get("tools", []):
+        for declaration in tool.get("functionDeclarations", []):
+            assert declaration["name"] and ("parameters" in declaration or "parametersJsonSchema" in declaration)
+
+
 def _check_messages(body: dict[str, Any]) -> None:
     assert body["stream"] is True and body["max_tokens"] > 0 and body["messages"][0]["role"] == "user"
     system = body.get("system", [])
@@ -69,17 +80,18 @@ def test_fixture_shape(name: str) -> None:
         assert request["credential_headers"] == [CREDENTIAL[wire]]
         assert request["headers"]["content-type"].startswith("application/json")
         body = request["body"]
-        assert body["model"] == "policy"
-        {"chat_completions": _check_chat, "responses": _check_responses, "anthropic_messages": _check_messages}[
-            wire](body)
+        assert body.get("model", "policy") == "policy"
+        {"chat_completions": _check_chat, "responses": _check_responses, "anthropic_messages": _check_messages,
+         "gemini": _check_gemini}[wire](body)
     # the task instruction reached the model in the harness's first call that carries tools
     assert fixture["instruction"] in json.dumps(fixture["requests"][-1]["body"])
 
 
 def test_streaming_per_harness() -> None:
-    """mini-swe-agent is the one harness that does not stream (HARNESSES.md)."""
-    assert {name: bool(load(name)["body"].get("stream")) for name in RECORDED} == {
-        name: name != "mini-swe-agent" for name in RECORDED}
+    """mini-swe-agent is the one harness that does not stream (HARNESSES.md); Gemini CLI streams by its path."""
+    streams = {name: bool(load(name)["body"].get("stream")) or ":streamGenerateContent?alt=sse" in load(name)["path"]
+               for name in RECORDED}
+    assert streams == {name: name != "mini-swe-agent" for name in RECORDED}
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -88,4 +100,5 @@ def test_fixture_is_scrubbed(name: str) -> None:
     for leaked in ("forge-recording-key", "127.0.0.1", "forge-rec-", "/root/", "/work/main", "pytest-of-"):
         assert leaked not in text, leaked
     for request in load(name)["requests"]:
-        assert not {"authorization", "x-api-key", "cookie"} & set(request["headers"])
+        assert not {"authorization", "x-api-key", "x-goog-api-key", "cookie"} & set(request["headers"])
+        assert "key=" not in request["path"]

@@ -108,7 +108,8 @@ def test_function_call_turn_as_gemini_cli_sends_it() -> None:
             "id": "call_abc", "type": "function", "function": {
                 "name": "run_shell_command",
                 "arguments": '{"command": "echo hello > hello.txt", "description": "write"}'}}]},
-        {"role": "tool", "tool_call_id": "call_abc", "content": "<untrusted_context>\nOutput: (empty)\n</untrusted_context>"},
+        {"role": "tool", "tool_call_id": "call_abc",
+         "content": "<untrusted_context>\nOutput: (empty)\n</untrusted_context>"},
     ]
 
 

@@ -19,7 +19,7 @@ GOLDEN = Path(__file__).parent / "golden"
 HARNESSES = sorted(group_options()["harness"])
 URL = "http://127.0.0.1:8900/r/mail-0-abc123"
 KEY = "ft-test-key"
-MCP = {"claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi", "zeroclaw"}
+MCP = {"claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi", "zeroclaw", "gemini-cli"}
 
 
 def _prepare(harness: str, task: Task, tools: bool = True) -> tuple[list[str], dict[str, str], dict[str, str]]:
@@ -67,6 +67,12 @@ def _mcp_entry(harness: str, argv: list[str], env: dict[str, str], files: dict[s
         return settings["mcpServers"]["forge"]
     if harness == "pi":
         return json.loads(files[f"{home}/.pi/agent/mcp.json"])["mcpServers"]["forge"]
+    if harness == "gemini-cli":
+        settings = json.loads(files[f"{home}/.gemini/settings.json"])
+        assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+        entry = settings["mcpServers"]["forge"]
+        assert entry["type"] == "http" and entry["trust"] is True
+        return dict(entry)
     if harness == "openclaw":
         text = files[f"{home}/.openclaw/forge.json5"]
         assert 'mcp: {' in text and f'url: "{URL}/mcp"' in text and f'Bearer {KEY}' in text
