@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from forge_cli.proxy.wire import anthropic, chat, sse
 from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared
 from tests.proxy import fake_upstream as fake
@@ -118,3 +120,18 @@ def test_null_logprob_from_vllm_keeps_the_call() -> None:
     assert assembled.complete and assembled.completion_token_ids == fake.TOKENS
     values = assembled.completion_logprobs or []
     assert len(values) == len(fake.TOKENS) and sum(v != v for v in values) == 1
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"model": "m", "messages": []}', b'{"logprobs": false, "messages": []}'])
+def test_missing_output_limit_gets_the_cap(body: bytes) -> None:
+    """Without max_tokens vLLM generates to the end of the context (mini-swe-agent, Codex, Gemini CLI send none)."""
+    sent = json.loads(chat.prepare(body, Limits(max_output_tokens=64)).body)
+    assert sent["max_tokens"] == 64 and sent["return_token_ids"] is True
+    assert "max_tokens" not in json.loads(chat.prepare(body, Limits()).body)  # no cap configured: left alone
+    obj = json.loads(body)
+    assert json.loads(chat.prepare_object(obj, Limits(max_output_tokens=64)).body)["max_tokens"] == 64
+
+
+def test_client_limit_is_kept_when_under_the_cap() -> None:
+    sent = json.loads(chat.prepare(b'{"max_completion_tokens": 10}', Limits(max_output_tokens=64)).body)
+    assert sent["max_completion_tokens"] == 10 and "max_tokens" not in sent

@@ -50,18 +50,23 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
     if numbers is not None and numbers.get("n", 1) == 1:
         clamped = {k: clamp(v, limits.max_output_tokens) for k, v in numbers.items() if k != "n"}
         clamped = {k: v for k, v in clamped.items() if v != numbers[k]}
+        if not _has_limit(numbers) and limits.max_output_tokens > 0:
+            clamped["max_tokens"] = limits.max_output_tokens
         inner = text[1:].lstrip()
         if not clamped:
             glue = b"" if inner[:1] == b"}" else b","
             return Prepared(body=b"{" + _CAPTURE + glue + inner, changed=True)
         head = text[:-1].rstrip()
-        return Prepared(body=head + b"," + _CAPTURE + b"," + dumps(clamped)[1:], changed=True, rewritten=True)
+        glue = b"" if head.endswith(b"{") else b","
+        return Prepared(body=head + glue + _CAPTURE + b"," + dumps(clamped)[1:], changed=True, rewritten=True)
     obj = load_object(body)
     _check_n(obj)
     overrides: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
     for key in ("max_tokens", "max_completion_tokens"):
         if key in obj and clamp(obj[key], limits.max_output_tokens) != obj[key]:
             overrides[key] = clamp(obj[key], limits.max_output_tokens)
+    if not _has_limit(obj) and limits.max_output_tokens > 0:
+        overrides["max_tokens"] = limits.max_output_tokens
     if limits.model and obj.get("model") != limits.model:
         overrides["model"] = limits.model
     head = text[:-1].rstrip()
@@ -69,6 +74,12 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
     return Prepared(body=head + glue + dumps(overrides)[1:], changed=True, rewritten=len(overrides) > 2,
                     wants_token_ids=bool(obj.get("return_token_ids")), wants_logprobs=bool(obj.get("logprobs")),
                     stream=bool(obj.get("stream")), model=overrides.get("model", obj.get("model")))
+
+
+def _has_limit(obj: dict[str, Any]) -> bool:
+    """Does the request set an output limit? Without one vLLM generates to the end of the context (Codex, Gemini CLI
+    and mini-swe-agent send none: minutes of CPU per call), so the proxy's cap is added."""
+    return obj.get("max_tokens") is not None or obj.get("max_completion_tokens") is not None
 
 
 def _check_n(obj: dict[str, Any]) -> None:
@@ -86,6 +97,8 @@ def prepare_object(obj: dict[str, Any], limits: Limits) -> Prepared:
     for key in ("max_tokens", "max_completion_tokens"):
         if key in obj:
             obj[key] = clamp(obj[key], limits.max_output_tokens)
+    if not _has_limit(obj) and limits.max_output_tokens > 0:
+        obj["max_tokens"] = limits.max_output_tokens
     if limits.model:
         obj["model"] = limits.model
     stream = bool(obj.get("stream"))
