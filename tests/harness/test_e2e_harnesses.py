@@ -14,7 +14,7 @@ Bundles: the tests use the machine's real ``$FORGE_HOME/harnesses`` (``scripts/s
 the missing ones there once (``forge harness install``, minutes from the npm registry and PyPI, then cached).
 Each run is kept tiny (1 task, ``model.max_output_tokens=64``, harness time limit ``HARNESS_TIMEOUT_S``);
 ``pytest -s`` prints the time each takes. Measured here (2 loaded cores, float32 vLLM): pi 14 s, Claude Code
-37 s, Codex 21 s, opencode 71 s per run.
+37 s, Codex 21 s, opencode 71 s per run; Gemini CLI 177 s (its first prompt is ~11,000 tokens).
 """
 
 from __future__ import annotations

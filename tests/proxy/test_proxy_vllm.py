@@ -12,6 +12,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from google import genai
+from google.genai import types
 
 from forge_cli.proxy.launcher import ProxyHandle, start_proxy
 from forge_cli.proxy.wire import sse
@@ -27,8 +29,14 @@ RESP_TOOL = {"type": "function", "name": "get_weather", "description": "Weather 
              "parameters": OA_TOOL["function"]["parameters"]}  # type: ignore[index]
 AN_TOOL = {"name": "get_weather", "description": "Weather for a city.",
            "input_schema": OA_TOOL["function"]["parameters"]}  # type: ignore[index]
+# as Google's SDKs send a declaration: Gemini's own schema dialect, upper-case types
+GM_TOOL = types.Tool(function_declarations=[types.FunctionDeclaration(
+    name="get_weather", description="Weather for a city.",
+    parameters=types.Schema(type=types.Type.OBJECT, properties={"city": types.Schema(type=types.Type.STRING)},
+                            required=["city"]))])
 MAX = 24
 CODEX = Path(__file__).resolve().parents[1] / "fixtures" / "harness_requests" / "codex.json"
+GEMINI_CLI = CODEX.with_name("gemini-cli.json")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +88,20 @@ def _messages(client: anthropic.Anthropic, model: str, stream: bool, tools: bool
     return "".join(getattr(b, "text", "") or str(getattr(b, "input", "")) for b in msg.content)
 
 
-@pytest.mark.parametrize("fmt", ["chat", "responses", "anthropic"])
+def _gemini_client(r: dict[str, Any]) -> genai.Client:
+    return genai.Client(api_key=r["key"], http_options=types.HttpOptions(base_url=r["base_url"], timeout=300_000))
+
+
+def _gemini(client: genai.Client, model: str, stream: bool, tools: bool) -> str:
+    config = types.GenerateContentConfig(max_output_tokens=MAX, temperature=0, tools=[GM_TOOL] if tools else None,
+                                         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    text = TOOL_ASK if tools else ASK
+    chunks = (list(client.models.generate_content_stream(model=model, contents=text, config=config)) if stream
+              else [client.models.generate_content(model=model, contents=text, config=config)])
+    return "".join((c.text or "") + "".join(json.dumps(f.args) for f in c.function_calls or ()) for c in chunks)
+
+
+@pytest.mark.parametrize("fmt", ["chat", "responses", "anthropic", "gemini"])
 def test_formats_streamed_and_not_with_and_without_tools(vproxy: ProxyHandle, policy_server: Any, fmt: str) -> None:
     r = vproxy.register(task=f"acceptance-{fmt}", harness="sdk")
     combos = [(s, t) for t in (False, True) for s in (False, True)]
@@ -89,6 +110,8 @@ def test_formats_streamed_and_not_with_and_without_tools(vproxy: ProxyHandle, po
         if fmt == "anthropic":
             client: Any = anthropic.Anthropic(base_url=r["base_url"], api_key=r["key"], max_retries=0, timeout=300)
             answers.append(_messages(client, policy_server.model, stream, tools))
+        elif fmt == "gemini":
+            answers.append(_gemini(_gemini_client(r), policy_server.model, stream, tools))
         else:
             client = openai.OpenAI(base_url=r["base_url"] + "/v1", api_key=r["key"], max_retries=0, timeout=300)
             answers.append((_chat if fmt == "chat" else _responses)(client, policy_server.model, stream, tools))
@@ -107,6 +130,11 @@ def test_formats_streamed_and_not_with_and_without_tools(vproxy: ProxyHandle, po
             assert call["upstream_request"]["messages"] and call["upstream_request"]["return_token_ids"] is True
         if fmt == "responses":
             assert call["response"]["object"] == "response" and call["response"]["output"]
+        if fmt == "gemini":
+            assert call["response"]["candidates"][0]["content"]["role"] == "model"
+            assert call["response"]["usageMetadata"]["candidatesTokenCount"] == len(call["completion_token_ids"])
+            if tools:  # Gemini's OBJECT/STRING reached vLLM as JSON Schema
+                assert call["upstream_request"]["tools"][0]["function"]["parameters"]["type"] == "object"
         assert all(lp <= 0 for lp in call["completion_logprobs"])
         assert bool(call["request"].get("tools")) == tools
         assert answer.strip()
@@ -197,3 +225,68 @@ def test_responses_function_call_round_trip(vproxy: ProxyHandle, policy_server: 
     assert one["finish_reason"] in ("tool_calls", "stop") and one["response"]["output"][-1]["type"] == "function_call"
     assert two["prompt_token_ids"][:len(one["prompt_token_ids"])] == one["prompt_token_ids"]
     assert two["upstream_request"]["messages"][-1]["role"] == "tool"
+
+
+def test_gemini_cli_request_through_gemini_translation(vproxy: ProxyHandle, policy_server: Any,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Gemini CLI's recorded first request (its own prompt and 16 function declarations) as it sends it, plus an
+    output limit: the answer is the alt=sse chunk sequence the CLI reads, the record token-exact."""
+    r = vproxy.register(task="gemini-cli-fixture", harness="gemini-cli")
+    fixture = json.loads(GEMINI_CLI.read_text())
+    body = {**fixture["body"], "generationConfig": {**fixture["body"]["generationConfig"], "maxOutputTokens": MAX}}
+    path = f"/v1beta/models/{policy_server.model}:streamGenerateContent?alt=sse"
+    with httpx.stream("POST", r["base_url"] + path, json=body, timeout=600,
+                      headers={"x-goog-api-key": r["key"]}) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join(resp.iter_bytes())
+    chunks = [json.loads(sse.parse_event(e)[1]) for e in sse.iter_events(raw)]
+    for chunk in chunks:
+        types.GenerateContentResponse.model_validate(chunk)
+    final = chunks[-1]
+    assert final["candidates"][0]["finishReason"] in ("STOP", "MAX_TOKENS")
+    assert all("finishReason" not in c["candidates"][0] for c in chunks[:-1])
+    (call,) = vproxy.calls(r["rollout_id"])
+    assert call["status"] == "ok" and call["wire_format"] == "gemini" and call["stream"]
+    usage = final["usageMetadata"]
+    assert len(call["completion_logprobs"]) == len(call["completion_token_ids"]) == usage["candidatesTokenCount"]
+    assert len(call["prompt_token_ids"]) == usage["promptTokenCount"]
+    assert call["upstream_request"]["max_tokens"] == MAX and len(call["upstream_request"]["tools"]) == len(
+        body["tools"][0]["functionDeclarations"])
+    with capsys.disabled():
+        print(f"\n[gemini-cli fixture] {len(call['prompt_token_ids'])} prompt tokens, "
+              f"{len(chunks)} chunks, finish {call['finish_reason']}")
+
+
+def test_gemini_function_call_round_trip(vproxy: ProxyHandle, policy_server: Any) -> None:
+    """A forced function call (toolConfig ANY) through the official SDK, streamed; its content sent back with the
+    function's response (as Gemini CLI does): both calls token-exact, the second prompt extends the first."""
+    r = vproxy.register(task="gemini-tools", harness="sdk")
+    client = _gemini_client(r)
+    forced = types.ToolConfig(function_calling_config=types.FunctionCallingConfig(
+        mode=types.FunctionCallingConfigMode.ANY, allowed_function_names=["get_weather"]))
+    config = types.GenerateContentConfig(max_output_tokens=48, temperature=0, tools=[GM_TOOL], tool_config=forced,
+                                         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    history: list[types.Content] = [types.Content(role="user", parts=[types.Part(text=TOOL_ASK)])]
+    chunks = list(client.models.generate_content_stream(model=policy_server.model, contents=history,  # type: ignore[arg-type]
+                                                        config=config))
+    calls = [f for c in chunks for f in c.function_calls or ()]
+    assert calls and calls[0].name == "get_weather" and isinstance(calls[0].args, dict)
+    history.append(types.Content(role="model", parts=[types.Part(function_call=f) for f in calls]))
+    history.append(types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id=f.id, name=f.name, response={"output": "sunny, 21 C"})) for f in calls]))
+    second = client.models.generate_content(model=policy_server.model, contents=history,  # type: ignore[arg-type]
+                                            config=types.GenerateContentConfig(max_output_tokens=MAX, temperature=0,
+                                                                               tools=[GM_TOOL]))
+    assert second.candidates and second.candidates[0].finish_reason in (types.FinishReason.STOP,
+                                                                        types.FinishReason.MAX_TOKENS)
+    one, two = vproxy.calls(r["rollout_id"])
+    for call in (one, two):
+        assert call["status"] == "ok" and len(call["completion_logprobs"]) == len(call["completion_token_ids"])
+    # a named tool choice is decoded under a schema: vLLM then reports "stop"
+    assert one["finish_reason"] in ("tool_calls", "stop") and one["upstream_request"]["tool_choice"] == {
+        "type": "function", "function": {"name": "get_weather"}}
+    assert two["prompt_token_ids"][:len(one["prompt_token_ids"])] == one["prompt_token_ids"]
+    messages = two["upstream_request"]["messages"]
+    assert messages[-1] == {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny, 21 C"}
+    assert messages[-2]["tool_calls"][0]["id"] == calls[0].id
