@@ -91,6 +91,9 @@ def build_launch(model: SmolModel | VllmModel, prepared: PreparedModel, port: in
         argv.append("--enforce-eager")
         # vLLM reads VLLM_CPU_KVCACHE_SPACE as whole GiB
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(model.kv_cache_gb)))
+        # one engine step prefilling a long harness prompt (Qwen Code: ~17,000 tokens) on a few busy CPU cores can
+        # outlast vLLM's 300 s default; the engine then shuts down instead of answering
+        env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] = "3600"
     if model.tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if prepared.chat_template is not None:

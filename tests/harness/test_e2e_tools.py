@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import SERVED_CONTEXT
-from tests.harness.test_e2e_harnesses import HARNESS_TIMEOUT_S, Env, env  # noqa: F401 - the module's fixture
+from tests.harness.test_e2e_harnesses import Env, env, harness_timeout  # noqa: F401 - the module's fixture
 from tests.helpers import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
@@ -47,10 +47,10 @@ def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> 
     args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=docker",
             f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", "env.task_ids=[mail-reply]",
             "rollout.samples_per_task=1", "rollout.concurrency=1", "model.max_output_tokens=64",
-            f"model.max_model_len={SERVED_CONTEXT}", f"harness.timeout_s={HARNESS_TIMEOUT_S}",
+            f"model.max_model_len={SERVED_CONTEXT}", f"harness.timeout_s={harness_timeout(harness)}",
             f"run.output_dir={env.out}", f"run.name=e2e-tools-{harness}"]
     started = time.monotonic()
-    done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=HARNESS_TIMEOUT_S + 600,
+    done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=harness_timeout(harness) + 600,
                           env={**os.environ, "COLUMNS": "200", "FORGE_HOME": str(env.home)}, check=False)
     print(f"\n[e2e] {harness} + MCP task tools: {time.monotonic() - started:.0f}s", flush=True)
     assert done.returncode == 0, done.stderr[-3000:]
