@@ -95,4 +95,8 @@ def test_launch_flags_for_the_default_model(model_dir: Path) -> None:
     assert argv[argv.index("--chat-template") + 1] == str(model_dir / "chat_template.jinja")
     assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "2"  # whole GiB, rounded up
     assert launch.env["VLLM_SERVER_DEV_MODE"] == "1" and launch.env["HF_HUB_OFFLINE"] == "1"
-    assert launch.env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"  # 16384 > SmolLM2's 8192
+    # 16384 > SmolLM2's 8192: served with YaRN RoPE scaling, not by forcing vLLM past its rotary cache
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" not in launch.env
+    rope = json.loads(argv[argv.index("--hf-overrides") + 1])["rope_parameters"]
+    assert rope["rope_type"] == "yarn" and rope["factor"] == 2.0
+    assert int(launch.env["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"]) >= 1800
