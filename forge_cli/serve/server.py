@@ -151,8 +151,12 @@ def context_extension_args(model: SmolModel | VllmModel, path: Path) -> list[str
                         f"tokens and {why}",
                         fix=f"set model.max_model_len<={native}, or model.context_extension=yarn")
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
+    # attention_factor 1: YaRN's default attention temperature (0.1 ln(factor) + 1) suits models fine-tuned with YaRN;
+    # on an untuned checkpoint it changes every answer (SmolLM2's greedy "The capital of France is Paris." became
+    # "...a classic example of a rhetorical device"); without it only the low-frequency dimensions are interpolated,
+    # which barely turn within a short prompt, so short prompts answer as at the native context
     parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": model.max_model_len / native,
-                  "original_max_position_embeddings": native}
+                  "original_max_position_embeddings": native, "attention_factor": 1.0}
     # as transformers' YaRN expects: max_position_embeddings is the scaled length, the native one is "original"
     overrides = {"max_position_embeddings": model.max_model_len, "rope_parameters": parameters}
     return ["--hf-overrides", json.dumps(overrides)]

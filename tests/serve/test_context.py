@@ -39,7 +39,7 @@ def test_longer_context_is_served_with_yarn(tmp_path: Path) -> None:
     assert overrides["max_position_embeddings"] == 32768
     rope = overrides["rope_parameters"]
     assert rope == {"rope_type": "yarn", "rope_theta": 100000.0, "factor": 4.0,
-                    "original_max_position_embeddings": 8192}
+                    "original_max_position_embeddings": 8192, "attention_factor": 1.0}
 
 
 def test_none_refuses_with_the_fix(tmp_path: Path) -> None:
