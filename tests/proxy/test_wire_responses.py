@@ -293,3 +293,30 @@ def test_official_sdk_reads_the_translation() -> None:
     assert final.output_text == "Let me check."
     assert [(i.type, getattr(i, "call_id", None)) for i in final.output] == [
         ("message", None), ("function_call", "chatcmpl-tool-1"), ("function_call", "chatcmpl-tool-2")]
+
+
+def test_namespaced_tools_are_flattened_and_named_back() -> None:
+    """Codex sends MCP tools as one ``namespace`` tool (``mcp__forge``): the model sees ``mcp__forge__<name>``
+    function tools; its calls come back as function_call items with ``namespace`` and the tool's own name."""
+    inner = {**TOOL, "name": "list_inbox"}
+    body = {"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "check mail"},
+        {"type": "function_call", "namespace": "mcp__forge", "name": "list_inbox", "call_id": "c1", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "[]"}],
+        "tools": [TOOL, {"type": "namespace", "name": "mcp__forge", "description": "task tools", "tools": [inner]}]}
+    prep = responses.prepare(json.dumps(body).encode(), Limits())
+    sent = json.loads(prep.body)
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_weather", "mcp__forge__list_inbox"]
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "mcp__forge__list_inbox"
+    assert prep.namespaced == {"mcp__forge__list_inbox": ("mcp__forge", "list_inbox")}
+    completion = {"id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                      "role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c2", "type": "function",
+                           "function": {"name": "mcp__forge__list_inbox", "arguments": "{}"}},
+                          {"id": "c3", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}}]}
+    calls = json.loads(responses.client_body(json.dumps(completion).encode(), prep))["output"]
+    assert [(c["name"], c.get("namespace")) for c in calls] == [("list_inbox", "mcp__forge"), ("get_weather", None)]
+    stream = [b.replace(b"get_weather", b"mcp__forge__list_inbox") for b in tool_stream()]
+    final = _events(_translate(b"".join(stream), prep=prep)[1])[-1][1]["response"]
+    assert [(i.get("name"), i.get("namespace")) for i in final["output"][1:]] == [("list_inbox", "mcp__forge")] * 2

@@ -35,6 +35,8 @@ class Prepared:
     wants_logprobs: bool = False
     stream: bool | None = None
     model: str | None = None
+    # flat Chat tool name -> (namespace, name) for tools the client grouped in namespaces (Responses API)
+    namespaced: dict[str, tuple[str, str]] | None = None
 
 
 @dataclass(slots=True)

@@ -75,8 +75,9 @@ def _input_item(item: Any, messages: list[dict[str, Any]]) -> None:
             raise BadRequest(f"unknown message role {role!r}")
     elif kind in _TOOL_CALLS:
         args = item.get("arguments") if kind == "function_call" else item.get("input")
+        name = _flat(item["namespace"], item.get("name")) if item.get("namespace") else item.get("name")
         call = {"id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": args if isinstance(args, str) else ""}}
+                "function": {"name": name, "arguments": args if isinstance(args, str) else ""}}
         target = _assistant(messages, "")
         target.setdefault("tool_calls", []).append(call)
     elif kind in _TOOL_OUTPUTS:
@@ -91,6 +92,29 @@ def _input_item(item: Any, messages: list[dict[str, Any]]) -> None:
         raise BadRequest("input items of type item_reference are not supported: nothing is stored, "
                          "send the items themselves")
     # hosted-tool items (web_search_call, local_shell_call, …) never come from a policy served here: dropped
+
+
+def _flat(namespace: Any, name: Any) -> str:
+    """The Chat name of a namespaced tool (Codex groups MCP tools as namespace ``mcp__<server>``)."""
+    return f"{namespace}__{name}"
+
+
+def _function_tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
+    """Function tools, those inside ``namespace`` tools flattened to ``<namespace>__<name>``, and that mapping."""
+    flat: list[dict[str, Any]] = []
+    names: dict[str, tuple[str, str]] = {}
+    for tool in tools or ():
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "function":
+            flat.append(tool)
+        elif tool.get("type") == "namespace" and tool.get("name"):
+            for inner in tool.get("tools") or ():
+                if isinstance(inner, dict) and inner.get("type") == "function" and inner.get("name"):
+                    name = _flat(tool["name"], inner["name"])
+                    names[name] = (str(tool["name"]), str(inner["name"]))
+                    flat.append({**inner, "name": name})
+    return flat, names
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -126,7 +150,7 @@ def to_chat(obj: dict[str, Any], limits: Limits) -> dict[str, Any]:
     for key in ("temperature", "top_p", "parallel_tool_calls"):
         if obj.get(key) is not None:
             out[key] = obj[key]
-    tools = [t for t in obj.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    tools, _ = _function_tools(obj.get("tools"))
     if tools:
         out["tools"] = [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters",
                                                                               "strict") if t.get(k) is not None}}
@@ -153,6 +177,7 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
     prep = chat.prepare_object(to_chat(obj, limits), limits)
     prep.wants_logprobs = LOGPROBS_INCLUDE in (obj.get("include") or ())
     prep.wants_token_ids = bool(obj.get("enable_response_messages"))
+    prep.namespaced = _function_tools(obj.get("tools"))[1] or None
     return prep
 
 
@@ -200,9 +225,14 @@ def _message_item(item_id: str, text: str, logprobs: list[dict[str, Any]], statu
             "content": [_text_part(text, logprobs)] if status == "completed" else []}
 
 
-def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
+def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str,
+               prep: Prepared) -> dict[str, Any]:
+    """A ``function_call`` item; a namespaced tool's call names its namespace and its own name again."""
+    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
+    if prep.namespaced and name in prep.namespaced:
+        item["namespace"], item["name"] = prep.namespaced[name]
+    return item
 
 
 def _reasoning_item(item_id: str, text: str | None) -> dict[str, Any]:
@@ -243,7 +273,7 @@ def to_response(completion: dict[str, Any], prep: Prepared) -> dict[str, Any]:
     for i, call in enumerate(calls):
         fn = call.get("function") or {}
         output.append(_call_item(f"fc_{base}_{i}", call.get("id") or f"call_{base}_{i}", fn.get("name") or "",
-                                 fn.get("arguments") or "", "completed"))
+                                 fn.get("arguments") or "", "completed", prep))
     _finish(response, choice.get("finish_reason"), completion.get("usage"))
     if prep.wants_token_ids:
         _token_messages(response, completion.get("prompt_token_ids"), choice.get("token_ids"), text)
@@ -373,7 +403,7 @@ class ClientStream:
             self._calls += 1
             call_id = call.get("id") or f"call_{self._base}_{n}"
             self._open(out, "function_call", _call_item(f"fc_{self._base}_{n}", call_id, fn.get("name") or "", "",
-                                                        "in_progress"))
+                                                        "in_progress", self._prep))
         if fn.get("arguments"):
             self._pieces.append(fn["arguments"])
             self._emit(out, "response.function_call_arguments.delta", {**self._where(), "delta": fn["arguments"]})
@@ -401,7 +431,7 @@ class ClientStream:
         elif self._kind == "function_call":
             self._emit(out, "response.function_call_arguments.done", {**where, "name": item["name"],
                                                                       "arguments": text})
-            done = _call_item(item["id"], item["call_id"], item["name"], text, "completed")
+            done = {**item, "status": "completed", "arguments": text}
         else:
             self._emit(out, "response.reasoning_text.done", {**where, "content_index": 0, "text": text})
             done = _reasoning_item(item["id"], text)
