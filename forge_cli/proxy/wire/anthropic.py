@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from forge_cli.proxy.wire import chat, sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, load_object
+from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, load_object, translate_answer
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "abort": "end_turn"}
@@ -170,13 +170,7 @@ def to_message(completion: dict[str, Any]) -> dict[str, Any]:
 
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
     """A non-streamed chat answer as a Messages answer (errors in Anthropic's shape)."""
-    try:
-        obj = json.loads(upstream)
-    except ValueError:
-        return upstream
-    if isinstance(obj, dict) and "choices" in obj:
-        return json.dumps(to_message(obj), separators=(",", ":"), ensure_ascii=False).encode()
-    return upstream
+    return translate_answer(upstream, lambda obj: to_message(obj))
 
 
 class ClientStream:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,18 @@ class Assembled:
 def dumps(obj: Any) -> bytes:
     """Compact JSON bytes."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def translate_answer(upstream: bytes, translate: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
+    """A non-streamed Chat Completions answer through ``translate`` into another wire format's answer; anything
+    else (an error body, invalid JSON) unchanged."""
+    try:
+        obj = json.loads(upstream)
+    except ValueError:
+        return upstream
+    if isinstance(obj, dict) and "choices" in obj:
+        return dumps(translate(obj))
+    return upstream
 
 
 def load_object(body: bytes) -> dict[str, Any]:

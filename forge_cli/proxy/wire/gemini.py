@@ -16,7 +16,16 @@ from typing import Any
 from urllib.parse import unquote
 
 from forge_cli.proxy.wire import GEMINI_PATH, chat, sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, gemini_error, load_object, logprob
+from forge_cli.proxy.wire.base import (
+    Assembled,
+    BadRequest,
+    Limits,
+    Prepared,
+    gemini_error,
+    load_object,
+    logprob,
+    translate_answer,
+)
 
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY",
            "abort": "OTHER"}
@@ -293,13 +302,7 @@ def to_response(completion: dict[str, Any], prep: Prepared) -> dict[str, Any]:
 
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
     """A non-streamed chat answer as a Gemini answer (upstream errors are reshaped by the addon)."""
-    try:
-        obj = json.loads(upstream)
-    except ValueError:
-        return upstream
-    if isinstance(obj, dict) and "choices" in obj:
-        return json.dumps(to_response(obj, prep), separators=(",", ":"), ensure_ascii=False).encode()
-    return upstream
+    return translate_answer(upstream, lambda obj: to_response(obj, prep))
 
 
 class ClientStream:

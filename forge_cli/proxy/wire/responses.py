@@ -11,11 +11,10 @@ what the client saw. ``previous_response_id``/``conversation`` are refused: noth
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from forge_cli.proxy.wire import chat, sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, load_object
+from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, load_object, translate_answer
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _TOOL_CALLS = ("function_call", "custom_tool_call")
@@ -282,13 +281,7 @@ def to_response(completion: dict[str, Any], prep: Prepared) -> dict[str, Any]:
 
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
     """A non-streamed chat answer as a Responses answer (errors pass through: same shape as OpenAI's)."""
-    try:
-        obj = json.loads(upstream)
-    except ValueError:
-        return upstream
-    if isinstance(obj, dict) and "choices" in obj:
-        return json.dumps(to_response(obj, prep), separators=(",", ":"), ensure_ascii=False).encode()
-    return upstream
+    return translate_answer(upstream, lambda obj: to_response(obj, prep))
 
 
 class ClientStream:
