@@ -34,11 +34,14 @@ MCP_HARNESSES = ("claude-code", "codex", "opencode", "qwen-code", "openclaw", "p
 
 def _offered(request: dict[str, Any]) -> set[str]:
     """Tool names a recorded request offers the model (Chat Completions nests them under ``function``, the Gemini
-    API under ``functionDeclarations``)."""
+    API under ``functionDeclarations``; Codex groups MCP tools in a Responses ``namespace`` tool, which the proxy
+    gives the model as ``<namespace>__<name>``)."""
     names = set()
     for tool in request.get("tools") or []:
         names.add(str(tool.get("name") or (tool.get("function") or {}).get("name") or ""))
         names.update(str(d.get("name") or "") for d in tool.get("functionDeclarations") or ())
+        if tool.get("type") == "namespace":
+            names.update(f"{tool.get('name')}__{inner.get('name')}" for inner in tool.get("tools") or ())
     return names
 
 
