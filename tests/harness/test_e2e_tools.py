@@ -29,6 +29,10 @@ from tests.helpers import REPO
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
 TOOLS = ("list_inbox", "read_email", "send_email")
+# harnesses that show MCP tools to the model through their own tool catalog (search/describe/call tools) rather
+# than one schema each, as deployed: OpenClaw (turning its catalog off put all ~42 of its tools' schemas in the
+# prompt and its first prefill ran past 540 s here)
+CATALOG = {"openclaw": {"tool_search", "tool_call"}}
 MCP_HARNESSES = ("claude-code", "codex", "opencode", "qwen-code", "openclaw", "pi", "gemini-cli")
 
 
@@ -77,5 +81,8 @@ def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> 
             "SELECT request FROM calls WHERE rollout_id = ? ORDER BY seq", (result["rollout_id"],))]
     assert requests, f"no call recorded for {result['rollout_id']}\n{output}"
     offered = set().union(*(_offered(request) for request in requests))
+    if harness in CATALOG:
+        assert CATALOG[harness] <= offered, f"{harness}: its tool catalog is not offered: {sorted(offered)}"
+        return
     for name in TOOLS:
         assert any(o.endswith(name) for o in offered), f"{harness}: {name} not offered to the model: {sorted(offered)}"
