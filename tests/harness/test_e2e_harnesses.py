@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from forge_cli.paths import forge_home
-from tests.conftest import SERVED_CONTEXT
+from tests.conftest import LONG_CONTEXT
 from tests.helpers import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
@@ -96,7 +96,7 @@ def _rollout(harness: str, home: Path, out: Path, upstream: str, samples: int = 
     args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=docker",
             f"proxy.upstream={upstream}", "proxy.port=0", "rollout.max_tasks=1",
             f"rollout.samples_per_task={samples}", f"rollout.concurrency={samples}",
-            "model.max_output_tokens=64", f"model.max_model_len={SERVED_CONTEXT}",
+            "model.max_output_tokens=64", f"model.max_model_len={LONG_CONTEXT}",
             f"harness.timeout_s={harness_timeout(harness)}", f"run.output_dir={out}", f"run.name=e2e-{harness}"]
     started = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=harness_timeout(harness) + 600,
@@ -123,7 +123,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(policy_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Env:
+def env(long_context_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Env:
     """dockerd, the base image and every bundle; a FORGE_HOME sharing this machine's environments and bundles."""
     _docker()
     bundles = _bundles()
@@ -131,7 +131,7 @@ def env(policy_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Env:
     for shared in ("envs", "models"):
         (home / shared).symlink_to(forge_home() / shared)
     (home / "harnesses").symlink_to(bundles)
-    return Env(home, tmp_path_factory.mktemp("runs"), policy_server.url)
+    return Env(home, tmp_path_factory.mktemp("runs"), long_context_server.url)
 
 
 def _report(run: Run) -> None:

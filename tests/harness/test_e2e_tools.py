@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SERVED_CONTEXT
+from tests.conftest import LONG_CONTEXT
 from tests.harness.test_e2e_harnesses import Env, env, harness_timeout  # noqa: F401 - the module's fixture
 from tests.helpers import REPO
 
@@ -54,7 +54,7 @@ def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> 
     args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=docker",
             f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", "env.task_ids=[mail-reply]",
             "rollout.samples_per_task=1", "rollout.concurrency=1", "model.max_output_tokens=64",
-            f"model.max_model_len={SERVED_CONTEXT}", f"harness.timeout_s={harness_timeout(harness)}",
+            f"model.max_model_len={LONG_CONTEXT}", f"harness.timeout_s={harness_timeout(harness)}",
             f"run.output_dir={env.out}", f"run.name=e2e-tools-{harness}"]
     started = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=harness_timeout(harness) + 600,

@@ -227,10 +227,17 @@ def test_responses_function_call_round_trip(vproxy: ProxyHandle, policy_server: 
     assert two["upstream_request"]["messages"][-1]["role"] == "tool"
 
 
-def test_gemini_cli_request_through_gemini_translation(vproxy: ProxyHandle, policy_server: Any,
+def test_gemini_cli_request_through_gemini_translation(long_context_server: Any, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """Gemini CLI's recorded first request (its own prompt and 16 function declarations) as it sends it, plus an
-    output limit: the answer is the alt=sse chunk sequence the CLI reads, the record token-exact."""
+    """Gemini CLI's recorded first request (its own prompt and 16 function declarations, ~11,000 tokens: served at
+    32,768) as it sends it, plus an output limit: the answer is the alt=sse chunk sequence the CLI reads, the
+    record token-exact."""
+    need_mitmdump()
+    with start_proxy(long_context_server.url, store=tmp_path / "t.sqlite") as vproxy:
+        _gemini_cli_request(vproxy, long_context_server, capsys)
+
+
+def _gemini_cli_request(vproxy: ProxyHandle, policy_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
     r = vproxy.register(task="gemini-cli-fixture", harness="gemini-cli")
     fixture = json.loads(GEMINI_CLI.read_text())
     body = {**fixture["body"], "generationConfig": {**fixture["body"]["generationConfig"], "maxOutputTokens": MAX}}

@@ -56,12 +56,12 @@ def test_other_rope_types_are_not_rescaled(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
-def test_prompt_beyond_native_context_has_finite_logprobs(policy_server) -> None:  # type: ignore[no-untyped-def]
-    """Served at 32,768 tokens (tests/conftest.py), a ~8,600-token prompt past SmolLM2's 8,192 positions: every
+def test_prompt_beyond_native_context_has_finite_logprobs(long_context_server) -> None:  # type: ignore[no-untyped-def]
+    """Served at 32,768 tokens (tests/conftest.py), a ~8,400-token prompt past SmolLM2's 8,192 positions: every
     sampled token has a finite logprob (without YaRN vLLM answered null logprobs here)."""
-    words = " ".join(f"item{i}" for i in range(1850))  # ~8,600 tokens: just past the native 8,192
-    resp = httpx.post(policy_server.base_url + "/chat/completions", timeout=900, json={
-        "model": policy_server.model, "max_tokens": 8, "logprobs": True, "return_token_ids": True,
+    words = " ".join(f"item{i}" for i in range(1900))  # ~8,400 tokens: just past the native 8,192
+    resp = httpx.post(long_context_server.base_url + "/chat/completions", timeout=900, json={
+        "model": long_context_server.model, "max_tokens": 8, "logprobs": True, "return_token_ids": True,
         "messages": [{"role": "user", "content": f"A list: {words}\nWhat is the first item?"}]})
     body = resp.json()
     assert resp.status_code == 200, body
