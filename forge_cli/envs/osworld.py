@@ -1,29 +1,15 @@
-"""OSWorld tasks from a checkout: ``evaluation_examples/<split>.json`` and ``examples/<domain>/<id>.json``."""
+"""``env=osworld``: OSWorld (not built yet: its tasks need a desktop sandbox and OSWorld's own evaluators).
+
+Reading a checkout's ``evaluation_examples/<split>.json`` is easy; scoring a task is not: every OSWorld task is
+judged by its evaluator functions against the desktop's final state. Until the desktop sandbox exists this
+source refuses to run rather than offer tasks that could only score 0.
+"""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from forge_cli.config.schema import EnvConfig
-from forge_cli.envs.task import Task, TaskSet
+from forge_cli.envs.pending import PendingSource
 
 
-def load(env: EnvConfig) -> TaskSet:
-    if not env.path:
-        return TaskSet.unavailable(env.name, "no OSWorld checkout configured (set env.path=/path/to/OSWorld)")
-    examples = Path(env.path).expanduser() / "evaluation_examples"
-    index = examples / f"{env.split or 'test_all'}.json"
-    if not index.is_file():
-        return TaskSet.unavailable(env.name, f"{index} not found (is env.path an OSWorld checkout?)")
-    tasks = []
-    for domain, ids in json.loads(index.read_text()).items():
-        for task_id in ids:
-            path = examples / "examples" / domain / f"{task_id}.json"
-            if path.is_file():
-                spec = json.loads(path.read_text())
-                tasks.append(Task(id=f"{domain}/{task_id}", instruction=spec.get("instruction", ""),
-                                  verify="<OSWorld evaluator>", metadata={"domain": domain, "spec": str(path)}))
-    if not tasks:
-        return TaskSet.unavailable(env.name, f"{index} lists no task files that exist")
-    return TaskSet(tasks=tasks, available=True, note=f"{len(tasks)} tasks from {index}")
+class OSWorldSource(PendingSource, name="osworld"):
+    benchmark = "OSWorld"
+    missing = "its tasks need a desktop sandbox (VM or container with a display) and OSWorld's own evaluators"

@@ -5,48 +5,29 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import yaml
-
-from forge_cli.config.schema import Experiment, KubernetesRuntime, LocalRuntime, OpenAICompatibleModel
-from forge_cli.envs.registry import load_tasks
+from forge_cli.config.schema import Experiment, OpenAICompatibleModel
+from forge_cli.envs.source import Purpose, load_tasks
 from forge_cli.envs.task import Task
-from forge_cli.harness.adapter import Invocation, RolloutContext, ToolsContext, prepare
+from forge_cli.errors import UserError
+from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
-from forge_cli.runtime.docker_spec import docker_run_command
-from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
-from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec, label_value
+from forge_cli.rollout.spec import build_spec, group_id, proxy_endpoint, rollout_id
+from forge_cli.runtime.registry import backend
+from forge_cli.runtime.spec import SandboxSpec
 
 MASKED_KEY = "fk-****masked****"
 MASKED_TOOLS_KEY = "ft-****masked****"
 SECRET_NAME = re.compile(r"(^|_)(KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)$", re.IGNORECASE)
-# where a local sandbox lives is chosen at run time; plans show this placeholder
-LOCAL_SANDBOX = "$SANDBOX"
-CONTAINER_HOME = "/tmp/forge-home"
-
-
-class _NoAliases(yaml.SafeDumper):
-    """Manifests are read by people: repeat shared sub-trees instead of emitting YAML anchors."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
 
 
 def mask_env(env: dict[str, str]) -> dict[str, str]:
     """Env vars as shown to people: secrets replaced by ``****``."""
     return {k: ("****" if SECRET_NAME.search(k) else v) for k, v in env.items()}
-
-
-def rollout_id(run_id: str, task_id: str, sample: int) -> str:
-    """Stable, URL- and label-safe id of one rollout."""
-    slug = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:32] or "task"
-    digest = hashlib.sha256(f"{run_id}/{task_id}/{sample}".encode()).hexdigest()[:6]
-    return f"{slug}-{sample}-{digest}"
 
 
 @dataclass
@@ -64,6 +45,8 @@ class RolloutPlan:
     env: dict[str, str]
     timeouts: dict[str, int]
     resources: dict[str, Any]
+    # what scores the rollout (None: not scored)
+    verifier: str | None = None
     # the task's tools and how the harness gets them (None: the task has no tools)
     tools: dict[str, Any] | None = None
 
@@ -81,6 +64,8 @@ class Plan:
     proxy: str
     rollouts: list[RolloutPlan]
     warnings: list[str] = field(default_factory=list)
+    # sampling parameters the proxy enforces on every call (empty: the harness's own)
+    sampling: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,21 +78,6 @@ def upstream_url(exp: Experiment) -> str:
     if isinstance(exp.model, OpenAICompatibleModel):
         return exp.model.base_url.removesuffix("/v1").rstrip("/")
     return f"http://{exp.model.host}:{exp.model.port}"
-
-
-def proxy_endpoint(exp: Experiment) -> ProxyEndpoint:
-    """The proxy as sandboxes reach it: host networking → the advertised host; a pod → the Service."""
-    rt = exp.runtime
-    if isinstance(rt, KubernetesRuntime):
-        return ProxyEndpoint(f"{rt.proxy_service}.{rt.namespace}.svc", rt.proxy_port)
-    return ProxyEndpoint(exp.proxy.advertise_host, exp.proxy.port)
-
-
-def sandbox_paths(exp: Experiment) -> tuple[str, str, str]:
-    """(workdir, home, bundle path) as the harness sees them inside the sandbox (local: placeholders)."""
-    if isinstance(exp.runtime, LocalRuntime):
-        return f"{LOCAL_SANDBOX}/work", f"{LOCAL_SANDBOX}/home", str(bundle_dir(exp.harness))
-    return exp.runtime.workdir, CONTAINER_HOME, exp.runtime.bundle_mount
 
 
 def tools_base_url(exp: Experiment, port: int | str | None = None) -> str:
@@ -125,62 +95,66 @@ def tools_plan(exp: Experiment, task: Task, ctx: ToolsContext) -> dict[str, Any]
             "log": "rollouts/<id>/tool_calls.jsonl"}
 
 
-def build_spec(exp: Experiment, run_id: str, rid: str, task: Task, env: dict[str, str],
-               files: dict[str, str]) -> SandboxSpec:
-    """The sandbox of one rollout: the env's image, the task's files, the harness bundle read-only."""
-    network = "host"
-    if isinstance(exp.runtime, KubernetesRuntime):
-        network = "proxy-only"
-    elif not isinstance(exp.runtime, LocalRuntime):
-        network = exp.runtime.network
-    return SandboxSpec(
-        run_id=run_id, rollout_id=rid, image=task.image or exp.env.image, workdir=exp.runtime.workdir,
-        env=env, files={**task.files, **files}, resources=exp.runtime.resources, network=network,
-        proxy=proxy_endpoint(exp), timeout_s=exp.rollout.timeout_s, bundle_host_path=str(bundle_dir(exp.harness)),
-        bundle_mount=exp.runtime.bundle_mount, labels={"forge.task": label_value(task.id)},
-    )
+# auto_context raises max_model_len to a multiple of this
+CONTEXT_STEP = 1024
 
 
-def describe_sandbox(exp: Experiment, spec: SandboxSpec, inv: Invocation) -> dict[str, Any]:
-    """The sandbox as the user would create it by hand, per backend."""
-    rt = exp.runtime
-    if isinstance(rt, KubernetesRuntime):
-        manifests = [pod_manifest(spec, rt), network_policy(spec, rt)]
-        return {"kind": "kubernetes", "context": rt.context or "(current)",
-                "manifests": yaml.dump_all(manifests, Dumper=_NoAliases, sort_keys=False)}
-    if isinstance(rt, LocalRuntime):
-        env = " ".join(shlex.quote(f"{k}={v}") for k, v in spec.env.items())
-        return {"kind": "local",
-                "command": f"mkdir -p {LOCAL_SANDBOX}/work {LOCAL_SANDBOX}/home && cd {spec.workdir} && "
-                           f"env -i {env} {shlex.join(inv.argv)}",
-                "note": f"{LOCAL_SANDBOX} is a fresh temporary directory; the process group is killed "
-                        f"after {spec.timeout_s}s"}
-    # the container already holds the env; exec inherits it
-    return {"kind": "docker", "docker_run": docker_run_command(spec),
-            "exec": f"docker exec -i -w {spec.workdir} {spec.name} {shlex.join(inv.argv)} </dev/null"}
+def check_seed(exp: Experiment) -> None:
+    """``rollout.sampling.seed`` on a CPU policy server: refused (exit 2). vLLM 0.32's CPU backend kills its engine
+    on a seeded request whose prompt is prefilled in chunks (``RuntimeError: CPU Generator does not use offset`` in
+    ``_bookkeeping_sync``; seen with Codex's ~5.5k-token first prompt), which would end every rollout in flight."""
+    device = getattr(exp.model, "device", None)
+    if exp.rollout.sampling.seed is not None and device == "cpu":
+        raise UserError("rollout.sampling.seed needs a GPU policy server: vLLM's CPU backend crashes on a seeded "
+                        "request whose prompt is prefilled in chunks (RuntimeError: CPU Generator does not use "
+                        "offset)", fix="drop rollout.sampling.seed (null) on CPU", exit_code=2)
 
 
-def context_shortfall(exp: Experiment) -> str | None:
-    """Why the served context cannot hold this harness's own first prompt plus an answer, or None."""
+def fit_context(exp: Experiment) -> tuple[Experiment, str | None]:
+    """``exp`` ready for its harness's own first prompt (``harness.min_context``) plus one answer
+    (``model.max_output_tokens``): unchanged when the served context holds both; with ``model.auto_context`` the
+    experiment with ``model.max_model_len`` raised to fit, and a note saying so; else a UserError (exit 2) with the
+    fix, since every call would be refused as too long and no rollout could say anything about the agent.
+
+    Every command that runs a harness calls it before it starts anything (dry runs too); it also refuses a sampling
+    seed on a CPU policy server (``check_seed``)."""
+    check_seed(exp)
+    model = exp.model
     need = exp.harness.min_context
-    if need is None or exp.model.max_model_len >= need + exp.model.max_output_tokens:
-        return None
-    return (f"{exp.harness.name}'s own first prompt is ~{need} tokens, but model.max_model_len is "
-            f"{exp.model.max_model_len} with {exp.model.max_output_tokens} kept for the answer: its calls would be "
-            f"refused as too long. Set model.max_model_len=32768 (past the model's native context it is served "
-            f"with YaRN RoPE scaling)")
+    if need is None or model.max_model_len >= need + model.max_output_tokens:
+        return exp, None
+    total = need + model.max_output_tokens
+    served = -(-total // CONTEXT_STEP) * CONTEXT_STEP
+    why = (f"{exp.harness.name}'s own first prompt is ~{need} tokens: with {model.max_output_tokens} tokens kept for "
+           f"the answer (model.max_output_tokens) it needs a context of {total}, but model.max_model_len is "
+           f"{model.max_model_len}, so its calls would be refused as too long")
+    if isinstance(model, OpenAICompatibleModel):
+        raise UserError(why, fix=f"if the endpoint serves that much context, say so: model.max_model_len={served}; "
+                                 f"else use a model with a longer context or another harness", exit_code=2)
+    extension = (" (past the model's native context it is served with YaRN RoPE scaling)"
+                 if model.context_extension == "yarn" else "")
+    if not model.auto_context:
+        raise UserError(why, fix=f"model.max_model_len={served}{extension}, or model.auto_context=true to raise it "
+                                 f"automatically", exit_code=2)
+    fitted = exp.model_copy(update={"model": model.model_copy(update={"max_model_len": served})})
+    return fitted, (f"model.auto_context: serving max_model_len={served} instead of {model.max_model_len}, so that "
+                    f"{exp.harness.name}'s own first prompt (~{need} tokens) and a {model.max_output_tokens}-token "
+                    f"answer fit{extension}")
 
 
-def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
+def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "rollout") -> Plan:
     """Everything a run of ``exp`` would do, computed without touching docker, a cluster or a GPU."""
     run_id = run_id or f"{exp.run.name}-dryrun"
-    taskset = load_tasks(exp.env, exp.rollout.max_tasks)
+    exp, context_note = fit_context(exp)
+    if not isinstance(exp.model, OpenAICompatibleModel) and exp.model.path is not None:
+        from forge_cli.serve.prepare import model_path
+
+        model_path(exp.model)  # a model.path the user gave must exist (exit 2), dry run or not
+    taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose=purpose)
     endpoint = proxy_endpoint(exp)
-    workdir, home, bundle = sandbox_paths(exp)
+    sandbox_backend = backend(exp.runtime.kind)
+    workdir, home, bundle = sandbox_backend.sandbox_paths(exp.runtime, str(bundle_dir(exp.harness)))
     warnings = []
-    if not taskset.available:
-        warnings.append(f"task source '{exp.env.name}' is not available: {taskset.note}; "
-                        "the plan shows a placeholder task")
     harness = exp.harness
     if harness.package.manager == "binary" and not harness.binary_path and not is_installed(harness):
         warnings.append(f"{harness.name} is not installed and harness.binary_path is not set (no package "
@@ -188,9 +162,9 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
     elif harness.package.manager != "builtin" and not is_installed(harness):
         warnings.append(f"harness bundle '{harness.name}' is not installed yet "
                         f"(forge harness install {harness.name})")
-    if (shortfall := context_shortfall(exp)) is not None:
-        warnings.append(shortfall)
-    if isinstance(exp.runtime, KubernetesRuntime) and any(t.tools for t in taskset.tasks):
+    if context_note is not None:
+        warnings.append(context_note)
+    if sandbox_backend.network(exp.runtime) != "host" and any(t.tools for t in taskset.tasks):
         warnings.append("tasks with tools need the tool server reachable from pods: set tools.host and "
                         "tools.advertise_host to an address the cluster can reach")
     rollouts: list[RolloutPlan] = []
@@ -204,30 +178,32 @@ def build_plan(exp: Experiment, run_id: str | None = None) -> Plan:
             ctx = RolloutContext(rollout_id=rid, proxy_url=endpoint.url, api_key=MASKED_KEY,
                                  instruction=task.instruction, workdir=workdir, home=home, bundle=bundle, tools=tools)
             inv = prepare(harness, exp.model, ctx)
-            spec = build_spec(exp, run_id, rid, task, inv.env, inv.files)
+            spec = build_spec(exp, run_id, rid, task, inv.env, inv.files, image=taskset.source.image(task))
             shown = SandboxSpec(**{**spec.__dict__, "env": mask_env(spec.env)})
             rollouts.append(RolloutPlan(
-                rollout_id=rid, task_id=task.id, group_id=task.id, instruction=task.instruction,
+                rollout_id=rid, task_id=task.id, group_id=group_id(run_id, task.id, 0), instruction=task.instruction,
                 proxy_base_url=f"{endpoint.url}/r/{rid}/v1",
-                sandbox=describe_sandbox(exp, shown, inv),
+                sandbox=sandbox_backend.describe(shown, inv.argv, exp.runtime),
+                verifier=task.verify,
                 bundle={"host_path": shown.bundle_host_path, "mounted_at": bundle,
                         "package": f"{harness.package.manager}:{harness.package.name}@{harness.package.version}",
                         "installed": harness.package.manager == "builtin" or is_installed(harness)},
                 config_files=inv.files, command=inv.argv, command_line=shlex.join(inv.argv),
                 env=mask_env(inv.env),
-                timeouts={"rollout_s": exp.rollout.timeout_s, "harness_s": inv.timeout_s,
-                          "verifier_s": exp.env.verifier_timeout_s},
+                timeouts={"rollout_s": task.timeout_s or exp.rollout.timeout_s, "harness_s": inv.timeout_s,
+                          "setup_s": exp.env.setup_timeout_s,
+                          "verifier_s": task.verifier_timeout_s or exp.env.verifier_timeout_s},
                 resources=exp.runtime.resources.model_dump(),
                 tools=tools_plan(exp, task, tools) if tools else None,
             ))
-    n_tasks = len(taskset.tasks) if taskset.available else 0
+    n_tasks = len(taskset.tasks)
     return Plan(
         run_id=run_id,
         choices={"harness": harness.name, "env": exp.env.name, "runtime": exp.runtime.kind,
                  "model": getattr(exp.model, "source", ""), "algo": exp.algo.name, "trainer": exp.trainer.kind},
-        tasks={"available": taskset.available, "source": taskset.note},
+        tasks={"split": taskset.split, "source": taskset.note},
         num_tasks=n_tasks, samples_per_task=exp.rollout.samples_per_task,
         num_rollouts=n_tasks * exp.rollout.samples_per_task, concurrency=exp.rollout.concurrency,
         upstream=upstream_url(exp), proxy=f"{exp.proxy.host}:{exp.proxy.port} (sandboxes use {endpoint.url})",
-        rollouts=rollouts, warnings=warnings,
+        rollouts=rollouts, warnings=warnings, sampling=exp.rollout.sampling.overrides(),
     )

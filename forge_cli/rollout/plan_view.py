@@ -27,11 +27,13 @@ def show(plan: Plan, console: Console | None = None) -> None:
         f"{plan.concurrency} in flight")
     out(f"  policy server (upstream): {plan.upstream}")
     out(f"  capture proxy: {plan.proxy}")
+    out(f"  sampling enforced on every call: {plan.sampling or 'none (each harness its own)'}", markup=False)
     for warning in plan.warnings:
         out(f"  [yellow]warning:[/] {warning}", markup=True)
     for r in plan.rollouts:
         out(Rule(f"rollout {r.rollout_id} (task {r.task_id})"))
         out(f"  instruction: {r.instruction}", markup=False)
+        out(f"  verifier (hidden from the harness): {r.verifier or 'none'}", markup=False)
         out(f"  proxy base URL: {r.proxy_base_url}")
         if r.tools:
             how = "over MCP" if r.tools["via"] == "mcp" else "as a skill file (HTTP calls)"

@@ -6,22 +6,27 @@ import asyncio
 import contextlib
 import json
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from forge_cli.config.schema import Experiment
+from forge_cli.envs.services import ServiceError, Services, url_env
+from forge_cli.envs.source import SetupError, TaskSource
 from forge_cli.envs.task import Task
+from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, new_reward_dir, run_verifier
 from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
-from forge_cli.rollout.plan import CONTAINER_HOME, build_spec
-from forge_cli.rollout.result import RolloutResult, Status
+from forge_cli.rollout import tamper
+from forge_cli.rollout.result import RolloutResult, Status, ending_status
+from forge_cli.rollout.spec import build_spec, task_workdir
 from forge_cli.runtime.base import ExecResult, Sandbox, SandboxError, Stream
 from forge_cli.runtime.registry import create_sandbox
-from forge_cli.runtime.spec import ProxyEndpoint
+from forge_cli.runtime.spec import SANDBOX_HOME, ProxyEndpoint
 
 TAIL = 2000
 # where the verifier of a task with tools finds every dispatch and the builtin services' final state
-TOOL_STATE_PATH = f"{CONTAINER_HOME}/.forge/tool_state.json"
+TOOL_STATE_PATH = f"{SANDBOX_HOME}/.forge/tool_state.json"
 
 
 class Proxy(Protocol):
@@ -45,7 +50,16 @@ class Tools(Protocol):
 class RolloutJob:
     rollout_id: str
     task: Task
+    # index of this rollout among its group's
     sample: int
+    # the rollouts of one task in one batch (a GRPO group); unique per batch, so a task sampled again later
+    # forms a new group
+    group_id: str
+    # the batch (training step, eval trial round) this rollout belongs to
+    step: int = 0
+    # sampling parameters the proxy enforces on this rollout's calls over the run's (rollout.sampling), e.g. the
+    # eval temperature of forge train's periodic evaluation (None: the run's)
+    sampling: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,8 +72,12 @@ class RunContext:
     proxy: Proxy
     # the proxy as sandboxes reach it
     endpoint: ProxyEndpoint
+    # where the tasks come from (prepares each task in its sandbox)
+    source: TaskSource
     # the tool server (None: no task of the run has tools)
     tools: Tools | None = None
+    # the env's services (None: the env has none)
+    services: Services | None = None
 
 
 def _tail(text: str) -> str:
@@ -90,17 +108,21 @@ class _LogWriter:
 
 
 async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
-    """Run one rollout to a result; never raises for anything the harness or sandbox does."""
+    """Run one rollout to a result; never raises for anything the harness, sandbox, services or verifier do."""
     exp, task = ctx.exp, job.task
     log_dir = ctx.run_dir / "rollouts" / job.rollout_id
-    result = RolloutResult(rollout_id=job.rollout_id, task_id=task.id, group_id=task.id, harness=exp.harness.name,
-                           status="infra_error", logs=str(log_dir))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    result = RolloutResult(rollout_id=job.rollout_id, task_id=task.id, group_id=job.group_id,
+                           harness=exp.harness.name, status="infra_error", logs=str(log_dir), step=job.step,
+                           sample=job.sample, category=task.category)
     started = time.monotonic()
     sandbox: Sandbox | None = None
     registered = tools_registered = False
     try:
-        info = await asyncio.to_thread(ctx.proxy.register, job.rollout_id, task=task.id, group_id=task.id,
-                                       harness=exp.harness.name, meta={"sample": job.sample, "run": ctx.run_id})
+        info = await asyncio.to_thread(ctx.proxy.register, job.rollout_id, task=task.id, group_id=job.group_id,
+                                       harness=exp.harness.name,
+                                       meta={"sample": job.sample, "step": job.step, "run": ctx.run_id},
+                                       **({"sampling": job.sampling} if job.sampling else {}))
         registered = True
         tools = None
         if task.tools:
@@ -110,25 +132,26 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                                             log_dir / "tool_calls.jsonl")
             tools_registered = True
             tools = ToolsContext(task.tools, grant.url, grant.key)
+        service_urls = await ctx.services.start_rollout(job.rollout_id, log_dir) if ctx.services else {}
         # sandbox paths as in a container; the local backend maps them to its own directories
         invocation = prepare(exp.harness, exp.model, RolloutContext(
             rollout_id=job.rollout_id, proxy_url=ctx.endpoint.url, api_key=str(info["key"]),
-            instruction=task.instruction, workdir=exp.runtime.workdir, home=CONTAINER_HOME,
+            instruction=task.instruction, workdir=task_workdir(exp, task), home=SANDBOX_HOME,
             bundle=exp.runtime.bundle_mount, tools=tools))
-        spec = build_spec(exp, ctx.run_id, job.rollout_id, task, invocation.env, invocation.files)
+        spec = build_spec(exp, ctx.run_id, job.rollout_id, task, {**invocation.env, **url_env(service_urls)},
+                          invocation.files, image=ctx.source.image(task))
         sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)
-        await sandbox.exec(["mkdir", "-p", CONTAINER_HOME], timeout=30)
-        for command in task.setup:
-            setup = await sandbox.exec(["bash", "-c", command], timeout=exp.env.verifier_timeout_s)
-            if not setup.ok:
-                raise SandboxError(f"task setup `{command}` failed (exit {setup.exit_code}): {_tail(setup.stderr)}")
+        await sandbox.exec(["mkdir", "-p", SANDBOX_HOME], timeout=30)
+        await ctx.source.prepare(sandbox, task)
+        # what the filesystem looks like before the harness runs, where the backend can tell from outside (docker)
+        baseline = await tamper.system_changes(sandbox)
         result.durations["setup"] = round(time.monotonic() - started, 3)
 
         phase = time.monotonic()
         writer = _LogWriter(log_dir)
         try:
-            run = await sandbox.exec(invocation.argv, timeout=invocation.timeout_s, on_output=writer,
-                                     output_limit=1 << 20)
+            run = await sandbox.exec(invocation.argv, timeout=min(invocation.timeout_s, rollout_timeout(exp, task)),
+                                     on_output=writer, output_limit=1 << 20)
         finally:
             writer.close()
         result.durations["harness"] = round(time.monotonic() - phase, 3)
@@ -136,41 +159,116 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         result.status = harness_status(exp, run)
         if result.status != "ok":
             result.error = _tail(run.stderr) or _tail(run.stdout) or f"exit code {run.exit_code}"
+        # nothing the agent started may act after it exited: not while hidden files go in, not while verifying
+        tampering = tamper.TamperLog(log_dir)
+        await tamper.log_survivors(sandbox, tampering)
+        await sandbox.kill_processes()
 
-        if task.verify:
+        if task.verifier is not None:
             phase = time.monotonic()
-            verify_env = {}
-            if tools_registered and ctx.tools is not None:
-                # written after the harness exited: it never sees the state its verifier reads
-                state = await asyncio.to_thread(ctx.tools.state, job.rollout_id)
-                await sandbox.write_file(TOOL_STATE_PATH, json.dumps(state, default=str))
-                verify_env["FORGE_TOOL_STATE"] = TOOL_STATE_PATH
-            check = await sandbox.exec(["bash", "-c", task.verify], timeout=exp.env.verifier_timeout_s,
-                                       env=verify_env)
-            result.durations["verify"] = round(time.monotonic() - phase, 3)
-            result.reward = 1.0 if check.ok else 0.0
-            result.verifier = {"command": task.verify, "exit_code": check.exit_code, "timed_out": check.timed_out,
-                               "stdout": _tail(check.stdout), "stderr": _tail(check.stderr)}
+            try:
+                score = await _verify(ctx, job, sandbox, log_dir, run, result.status, service_urls, baseline,
+                                      tampering)
+            finally:
+                result.durations["verify"] = round(time.monotonic() - phase, 3)
+            result.reward, result.passed = score.reward, score.passed
+            result.verifier = score.to_dict()
+            if score.details.get("not_judged"):  # the benchmark's judge was needed and could not score it
+                result.reward = result.passed = None
+                result.error = f"not judged: {score.details['not_judged']}"
+        if tampering.lines:
+            result.verifier = {**(result.verifier or {}), "tamper": tampering.lines}
     except SandboxError as error:
         result.status = error.status
         result.error = error.message
+    except VerifierError as error:
+        result.status = "infra_error"
+        result.error = f"verifier failed: {error} (see {log_dir / 'verifier.log'})"
+        result.reward = result.passed = None
+    except (SetupError, ServiceError) as error:
+        result.status = "infra_error"
+        result.error = str(error)
     except Exception as error:  # a service failed (proxy control API, sandbox backend): recorded, run goes on
         result.status = "infra_error"
         result.error = f"{type(error).__name__}: {error}"
+        with (log_dir / "rollout-error.log").open("a", encoding="utf-8") as f:
+            f.write(traceback.format_exc())
     finally:
         if sandbox is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(sandbox.stop())
+        if ctx.services is not None:
+            with contextlib.suppress(Exception):
+                await ctx.services.stop_rollout(job.rollout_id)
         if tools_registered and ctx.tools is not None:
             with contextlib.suppress(Exception):
                 result.tools = await asyncio.to_thread(ctx.tools.unregister, job.rollout_id)
                 result.tool_calls = int(result.tools.get("calls", 0))
         if registered:
+            # the calls first: they can change the status the proxy is told (ending_status)
+            with contextlib.suppress(Exception):
+                _apply_calls(result, await asyncio.to_thread(ctx.proxy.calls, job.rollout_id))
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(ctx.proxy.finish, job.rollout_id, result.status)
-                calls = await asyncio.to_thread(ctx.proxy.calls, job.rollout_id)
-                result.calls = len(calls)
-                result.prompt_tokens = sum(int(str(c.get("prompt_tokens") or 0)) for c in calls)
-                result.completion_tokens = sum(int(str(c.get("completion_tokens") or 0)) for c in calls)
         result.durations["total"] = round(time.monotonic() - started, 3)
     return result
+
+
+def _apply_calls(result: RolloutResult, calls: list[dict[str, Any]]) -> None:
+    """Call and token counts, weight versions, and the status the records imply (``ending_status``): a rollout the
+    policy server refused as too long ends ``over_length``, one whose calls it stopped answering ``infra_error``
+    (not scored: its reward says nothing about the agent)."""
+    result.calls = len(calls)
+    result.prompt_tokens = sum(int(str(c.get("prompt_tokens") or 0)) for c in calls)
+    result.completion_tokens = sum(int(str(c.get("completion_tokens") or 0)) for c in calls)
+    versions = sorted({str(c["weight_version"]) for c in calls if c.get("weight_version") is not None})
+    result.weight_version = ",".join(versions) if versions else None
+    status, why = ending_status(result.status, calls)
+    if why is None:
+        return
+    result.error = f"{why}\n{result.error}" if result.error else why
+    result.status = status
+    if status == "infra_error":
+        result.reward = result.passed = None
+
+
+def rollout_timeout(exp: Experiment, task: Task) -> int:
+    """Seconds the harness may run: the task's own limit, else ``rollout.timeout_s``."""
+    return task.timeout_s or exp.rollout.timeout_s
+
+
+async def _verify(ctx: RunContext, job: RolloutJob, sandbox: Sandbox, log_dir: Path, run: ExecResult,
+                  harness: str, service_urls: dict[str, str], baseline: dict[str, int] | None,
+                  tampering: tamper.TamperLog) -> Score:
+    """Hidden files in, a fresh reward directory, then the task's verifier (after the harness's processes died);
+    a rollout whose harness changed the verifier's toolchain scores 0 unverified."""
+    task = job.task
+    assert task.verifier is not None
+    changed = await tamper.toolchain_tampering(sandbox, baseline, tampering)
+    if changed:
+        with (log_dir / "verifier.log").open("a", encoding="utf-8") as f:
+            f.write(f"not verified: the harness changed system files the verifier relies on: {', '.join(changed)}\n")
+        return Score(reward=0.0, passed=False, details={"not_verified": "the harness changed the verifier's "
+                                                                       "toolchain", "changed": changed})
+    await tamper.sweep(sandbox, [*task.hidden_files, *([TOOL_STATE_PATH] if task.tools else [])], tampering)
+    for path, content in task.hidden_files.items():
+        await sandbox.write_file(path, content)
+    tool_state = None
+    if task.tools and ctx.tools is not None:
+        # written after the harness exited: it never saw the state its verifier reads
+        tool_state = await asyncio.to_thread(ctx.tools.state, job.rollout_id)
+        await sandbox.write_file(TOOL_STATE_PATH, json.dumps(tool_state, default=str))
+    reward_dir = new_reward_dir(SANDBOX_HOME)
+    made = await sandbox.exec(["mkdir", "-p", reward_dir], timeout=30)
+    if not made.ok:
+        raise VerifierError(f"cannot create the reward directory: {made.stderr[-300:]}")
+
+    def records() -> list[dict[str, Any]]:
+        return ctx.proxy.calls(job.rollout_id)
+
+    vctx = VerifyContext(sandbox=sandbox, task=task, rollout_id=job.rollout_id, reward_dir=reward_dir,
+                         timeout_s=task.verifier_timeout_s or ctx.exp.env.verifier_timeout_s, harness_status=harness,
+                         final_output=_tail(run.stdout), tool_state=tool_state, services=service_urls,
+                         records=records, log_path=log_dir / "verifier.log",
+                         env={"FORGE_TOOL_STATE": TOOL_STATE_PATH} if tool_state is not None else {})
+    return await run_verifier(task.verifier, vctx)

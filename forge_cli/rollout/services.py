@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from forge_cli.config.schema import Experiment, KubernetesRuntime, OpenAICompatibleModel
+from forge_cli.config.schema import Experiment, OpenAICompatibleModel
 from forge_cli.errors import UserError
+from forge_cli.rollout.spec import proxy_endpoint
 from forge_cli.runtime.spec import ProxyEndpoint
 
 Log = Callable[[str], None]
@@ -37,7 +38,8 @@ def policy_server(exp: Experiment, log: Log) -> Iterator[str]:
         yield existing
         return
     log(f"starting the policy server ({model.source}) ...")
-    server = start_server(model, port=0, log=log)
+    # trainer.lora: the server serves the trained adapter under the model's name (forge_cli/serve/adapter.py)
+    server = start_server(model, port=0, log=log, lora=exp.trainer.lora)
     try:
         log(f"policy server ready at {server.url}")
         yield server.url
@@ -45,27 +47,35 @@ def policy_server(exp: Experiment, log: Log) -> Iterator[str]:
         server.stop()
 
 
-@contextlib.contextmanager
-def capture_proxy(exp: Experiment, upstream: str, store: Path) -> Iterator[tuple[Any, ProxyEndpoint]]:
-    """The capture proxy recording into ``store`` and the endpoint sandboxes use to reach it."""
-    from forge_cli.proxy.launcher import free_port, start_proxy
-
+def check_proxy_port(exp: Experiment) -> None:
+    """A fixed ``proxy.port`` already in use: UserError before anything starts (checked again at the start)."""
     port = exp.proxy.port
     if port and not _port_free(exp.proxy.host, port):
         raise UserError(f"proxy port {port} on {exp.proxy.host} is in use",
-                        fix="stop what uses it, or pick another: proxy.port=0 (any free port) or proxy.port=N")
+                        fix="stop what uses it, or pick another: proxy.port=0 (any free port) or proxy.port=N",
+                        exit_code=2)
+
+
+@contextlib.contextmanager
+def capture_proxy(exp: Experiment, upstream: str, store: Path,
+                  sampling: dict[str, Any] | None = None) -> Iterator[tuple[Any, ProxyEndpoint]]:
+    """The capture proxy recording into ``store`` and the endpoint sandboxes use to reach it; ``sampling``
+    replaces the harness's sampling parameters on every call."""
+    from forge_cli.proxy.launcher import free_port, start_proxy
+
+    port = exp.proxy.port
+    check_proxy_port(exp)
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
                          max_body_mb=exp.proxy.max_body_mb, max_header_kb=exp.proxy.max_header_kb,
                          upstream_timeout_s=exp.proxy.upstream_timeout_s, max_output_tokens=exp.model.max_output_tokens,
-                         model=exp.model.served_name, ready_timeout_s=PROXY_READY_S)
+                         model=exp.model.served_name, sampling=sampling, ready_timeout_s=PROXY_READY_S)
     try:
         if not handle.alive():
             raise UserError(f"the capture proxy did not start; see {handle.log_file}")
-        rt = exp.runtime
-        port_used = int(handle.url.rsplit(":", 1)[1])
-        endpoint = (ProxyEndpoint(f"{rt.proxy_service}.{rt.namespace}.svc", rt.proxy_port)
-                    if isinstance(rt, KubernetesRuntime) else ProxyEndpoint(exp.proxy.advertise_host, port_used))
-        yield handle, endpoint
+        # the proxy read its admin token at start-up and forge holds it in memory: no copy stays on disk for a
+        # sandbox to find (an unisolated local one sees the run directory)
+        handle.token_file.unlink(missing_ok=True)
+        yield handle, proxy_endpoint(exp, int(handle.url.rsplit(":", 1)[1]))
     finally:
         handle.stop()
 
@@ -83,7 +93,7 @@ def tool_server(exp: Experiment, needed: bool, log: Log) -> Iterator[Any]:
         server = ToolServer(settings.host, settings.port, settings.advertise_host)
     except OSError as exc:
         raise UserError(f"the tool server cannot listen on {settings.host}:{settings.port}: {exc.strerror}",
-                        fix="pick another: tools.port=0 (any free port) or tools.port=N") from None
+                        fix="pick another: tools.port=0 (any free port) or tools.port=N", exit_code=2) from None
     with server:
         log(f"tool server at {server.url} (task tools over MCP at /r/<rollout>/mcp, HTTP at /r/<rollout>/tools)")
         yield server

@@ -1,59 +1,82 @@
-"""Task sources read their formats from data the tests make; unavailable ones say why."""
+"""Task sources: the registry, splits and filters, the sources that cannot run, and the source conformance suite."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from forge_cli.config.compose import compose
-from forge_cli.envs.registry import load_tasks
-from forge_cli.errors import UserError
+from forge_cli.envs.source import SOURCES, TaskSource, known_sources, load_tasks, source_class
+from forge_cli.envs.verifier import Verifier
+from forge_cli.errors import ConfigError, UserError
+from tests.helpers import EXAMPLE_TASKS
 
 
-def _env(*overrides: str):  # type: ignore[no-untyped-def]
+def _env(*overrides: str) -> Any:
     return compose(list(overrides)).experiment.env
 
 
-def test_builtin_tasks_have_instructions_and_hidden_verifiers() -> None:
-    tasks = load_tasks(_env()).tasks
-    assert len(tasks) == 7 and len({t.id for t in tasks}) == 7
-    for task in tasks:
-        assert task.instruction and task.verify
-        assert task.verify not in task.instruction
-
-
 def test_filters_by_id_and_count() -> None:
-    assert [t.id for t in load_tasks(_env("env.task_ids=[sum-numbers,hello-file]")).tasks] == [
+    env = [f"env.path={EXAMPLE_TASKS}"]
+    assert [t.id for t in load_tasks(_env(*env, "env.task_ids=[sum-numbers,hello-file]")).tasks] == [
         "hello-file", "sum-numbers"]
-    assert len(load_tasks(_env("env.max_tasks=2")).tasks) == 2
-    assert len(load_tasks(_env(), max_tasks=3).tasks) == 3
-    with pytest.raises(UserError, match="unknown task id"):
-        load_tasks(_env("env.task_ids=[nope]"))
+    assert len(load_tasks(_env(*env, "env.max_tasks=2")).tasks) == 2
+    assert len(load_tasks(_env(*env), max_tasks=3).tasks) == 3
+    with pytest.raises(UserError, match="unknown task id") as raised:
+        load_tasks(_env(*env, "env.task_ids=[nope]"))
+    assert raised.value.exit_code == 2
 
 
-def test_harbor_task_directories(tmp_path: Path) -> None:
-    for name in ("b-task", "a-task"):
-        task = tmp_path / name
-        (task / "tests").mkdir(parents=True)
-        (task / "instruction.md").write_text(f"Do {name}.\n")
-        (task / "task.toml").write_text('[verifier]\ntimeout_sec = 60.0\n')
-        (task / "tests" / "test.sh").write_text("exit 0\n")
-    (tmp_path / "not-a-task").mkdir()
-    taskset = load_tasks(_env("env=harbor", f"env.path={tmp_path}"))
-    assert taskset.available and [t.id for t in taskset.tasks] == ["a-task", "b-task"]
-    assert taskset.tasks[0].instruction == "Do a-task." and taskset.tasks[0].verify == "bash /tests/test.sh"
-    assert taskset.tasks[0].metadata["task"]["verifier"]["timeout_sec"] == 60.0
+def test_unknown_split_is_exit_2_with_the_splits() -> None:
+    with pytest.raises(UserError, match="unknown split 'validation'") as raised:
+        load_tasks(_env("env.split=validation"))
+    assert raised.value.exit_code == 2 and "train" in (raised.value.fix or "")
 
 
-def test_osworld_checkout(tmp_path: Path) -> None:
-    examples = tmp_path / "evaluation_examples"
-    (examples / "examples" / "chrome").mkdir(parents=True)
-    (examples / "test_small.json").write_text(json.dumps({"chrome": ["t1", "missing"]}))
-    (examples / "examples" / "chrome" / "t1.json").write_text(json.dumps({"id": "t1", "instruction": "Open a tab"}))
-    taskset = load_tasks(_env("env=osworld", f"env.path={tmp_path}"))
-    assert [(t.id, t.instruction) for t in taskset.tasks] == [("chrome/t1", "Open a tab")]
+def test_default_split_follows_the_purpose() -> None:
+    assert load_tasks(_env(), purpose="eval").split == "test"
+    assert load_tasks(_env(), purpose="train").split == "train"
+    assert load_tasks(_env("env.split=train"), purpose="eval").split == "train"
+
+
+def test_unknown_source_and_bad_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown task source 'nosuch'"):
+        compose(["env.source=nosuch"])
+    with pytest.raises(ConfigError, match=r"env\.options"):
+        compose(["+env.options.no_such_option=1"])
+
+
+def test_a_users_own_source_by_dotted_path() -> None:
+    env = _env("env.source=tests.envs.test_task_sources:OneTaskSource")
+    (task,) = load_tasks(env).tasks
+    assert task.id == "only" and source_class(env.source) is OneTaskSource
+
+
+class OneTaskSource(TaskSource):
+    """A user's source, named by dotted path (not registered by name)."""
+
+    def load(self, split: str | None) -> list[Any]:
+        from forge_cli.envs.task import Task
+        from forge_cli.envs.verifiers import ShellVerifier
+
+        return [Task(id="only", instruction="Do it.", verifier=ShellVerifier("true"))]
+
+
+@pytest.mark.parametrize("env", ["harbor", "claweval", "qwenclawbench", "osworld", "browser"])
+def test_sources_that_cannot_run_say_why_with_exit_2(env: str) -> None:
+    with pytest.raises(UserError) as raised:
+        load_tasks(_env(f"env={env}"))
+    assert raised.value.exit_code == 2 and raised.value.fix
+
+
+def test_missing_env_path_is_exit_2(tmp_path: Path) -> None:
+    for env in ("builtin", "harbor", "browser"):
+        with pytest.raises(UserError) as raised:
+            load_tasks(_env(f"env={env}", f"env.path={tmp_path / 'missing'}"))
+        assert raised.value.exit_code == 2, env
 
 
 def test_browser_jsonl(tmp_path: Path) -> None:
@@ -61,15 +84,39 @@ def test_browser_jsonl(tmp_path: Path) -> None:
     path.write_text(json.dumps({"id": "w1", "url": "http://127.0.0.1:1/", "instruction": "Click it",
                                 "check": "true"}) + "\n\n")
     (task,) = load_tasks(_env("env=browser", f"env.path={path}")).tasks
-    assert task.id == "w1" and "http://127.0.0.1:1/" in task.instruction and task.verify == "true"
+    assert task.id == "w1" and "http://127.0.0.1:1/" in task.instruction and task.verify == "shell: true"
     path.write_text("{not json\n")
     with pytest.raises(UserError, match=r"tasks.jsonl:1: not a task"):
         load_tasks(_env("env=browser", f"env.path={path}"))
 
 
-@pytest.mark.parametrize("env", ["harbor", "claweval", "qwenclawbench", "osworld", "browser"])
-def test_unconfigured_sources_say_why(env: str) -> None:
-    taskset = load_tasks(_env(f"env={env}"))
-    assert not taskset.available and "env.path" in taskset.note
-    (placeholder,) = taskset.tasks
-    assert placeholder.metadata["placeholder"]
+# ---------------------------------------------------------------- conformance: every registered source
+@pytest.mark.parametrize("name", known_sources())
+def test_source_conformance(name: str, tmp_path: Path) -> None:
+    """Every source: a known name, splits that load with unique ids and a verifier on every task, a default split
+    that is one of its splits; or, when it cannot run unconfigured, exit 2 with a fix (never placeholder tasks)."""
+    cls = SOURCES[name]
+    assert cls.name == name and source_class(name) is cls
+    overrides = [f"env.source={name}"]
+    if name == "browser":
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps({"id": "a", "url": "http://127.0.0.1:1/", "instruction": "x", "check": "true"}))
+        overrides.append(f"env.path={path}")
+    if name == "harbor":
+        overrides.append(f"env.path={Path(__file__).parent / 'harbor_tasks'}")
+    env = _env(*overrides)
+    source = cls(env)
+    try:
+        splits = source.splits()
+        for purpose in ("rollout", "eval", "train"):
+            default = source.default_split(purpose)  # type: ignore[arg-type]
+            assert default is None or default in splits
+        for split in splits or [None]:
+            tasks = source.load(split)
+            assert tasks and len({t.id for t in tasks}) == len(tasks)
+            for task in tasks:
+                assert task.instruction
+                assert isinstance(task.verifier, Verifier), f"{task.id} has no verifier"
+                assert task.verify and task.verify not in task.instruction
+    except UserError as error:
+        assert error.exit_code == 2 and error.fix, f"{name}: a source that cannot run exits 2 with a fix"

@@ -10,10 +10,11 @@ import pytest
 import yaml
 
 from forge_cli.config.compose import compose, group_options
+from forge_cli.errors import UserError
 from forge_cli.harness.adapter import RolloutContext, prepare
 from forge_cli.rollout.plan import MASKED_KEY, build_plan
 from tests.golden import check_golden
-from tests.helpers import forge
+from tests.helpers import EXAMPLE_TASKS, forge
 
 GOLDEN = Path(__file__).parent / "golden"
 OPTIONS = group_options()
@@ -29,15 +30,21 @@ def _empty_forge_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("harness", "env", "runtime", "trainer"), COMBOS, ids=["-".join(c) for c in COMBOS])
 def test_every_combination_plans(harness: str, env: str, runtime: str, trainer: str) -> None:
-    exp = compose([f"+harness={harness}", f"+env={env}", f"runtime={runtime}", f"trainer={trainer}"]).experiment
+    # auto_context: the harnesses whose own first prompt exceeds the default context are served a longer one
+    exp = compose([f"+harness={harness}", f"+env={env}", f"runtime={runtime}", f"trainer={trainer}",
+                   "model.auto_context=true"]).experiment
+    if env != "builtin":
+        # an env with nothing to run (no checkout configured, or its adapter not built) says so: exit 2, no plan
+        with pytest.raises(UserError) as raised:
+            build_plan(exp)
+        assert raised.value.exit_code == 2 and "env" in raised.value.message and raised.value.fix
+        return
     plan = build_plan(exp)
-    assert plan.rollouts, "a plan always shows at least one rollout (a placeholder if needed)"
+    assert plan.rollouts
     assert plan.choices == {"harness": harness, "env": env, "runtime": runtime, "model": "smollm2", "algo": "grpo",
                             "trainer": trainer}
-    if env != "builtin":
-        assert not plan.tasks["available"] and any("not available" in w for w in plan.warnings)
-    else:
-        assert plan.num_tasks == 7 and plan.num_rollouts == 7 * exp.rollout.samples_per_task
+    assert plan.tasks["split"] == "test" and plan.num_tasks >= 20
+    assert plan.num_rollouts == plan.num_tasks * exp.rollout.samples_per_task
     for r in plan.rollouts:
         assert r.proxy_base_url.endswith(f"/r/{r.rollout_id}/v1")
         assert r.sandbox["kind"] == runtime
@@ -69,13 +76,14 @@ def test_rendered_harness_config_golden(harness: str) -> None:
 
 
 def test_kubernetes_manifests_golden() -> None:
-    exp = compose(["+harness=codex", "runtime=kubernetes"]).experiment
+    exp = compose(["+harness=codex", "runtime=kubernetes", f"env.path={EXAMPLE_TASKS}"]).experiment
     plan = build_plan(exp, run_id="golden-run")
     check_golden(GOLDEN / "kubernetes" / "codex-builtin.yaml", plan.rollouts[0].sandbox["manifests"])
 
 
 def test_docker_run_golden(tmp_path: Path) -> None:
-    exp = compose(["+harness=pi", "runtime=docker", "runtime.resources.memory=4g"]).experiment
+    exp = compose(["+harness=pi", "runtime=docker", "runtime.resources.memory=4g",
+                   f"env.path={EXAMPLE_TASKS}"]).experiment
     plan = build_plan(exp, run_id="golden-run")
     sandbox = plan.rollouts[0].sandbox
     text = (sandbox["docker_run"] + "\n" + sandbox["exec"] + "\n").replace(str(tmp_path), "$TMP")
@@ -83,30 +91,42 @@ def test_docker_run_golden(tmp_path: Path) -> None:
 
 
 def test_dry_run_cli_json() -> None:
-    result = forge("rollout", "--dry-run", "+harness=openclaw", "+env=osworld", "--json")
+    result = forge("rollout", "--dry-run", "+harness=openclaw", "env.split=train", "model.max_model_len=10240",
+                   "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
-    assert plan["tasks"]["available"] is False
+    assert plan["tasks"]["split"] == "train" and plan["num_tasks"] >= 60
     (first, *_) = plan["rollouts"]
-    assert "osworld-placeholder" in first["task_id"]
-    assert "/opt/forge/harness" not in first["bundle"]["mounted_at"] or plan["choices"]["runtime"] != "local"
+    assert first["verifier"] and first["verifier"] not in first["instruction"]
+
+
+def test_dry_run_of_an_env_that_cannot_run_exits_2() -> None:
+    for env in ("osworld", "claweval", "qwenclawbench", "harbor"):
+        result = forge("rollout", "--dry-run", f"+env={env}")
+        assert result.returncode == 2, (env, result.stderr)
+        assert "Traceback" not in result.stderr and "fix:" in result.stderr
 
 
 def test_dry_run_cli_text_default() -> None:
     result = forge("rollout", "--dry-run")
     assert result.returncode == 0, result.stderr
-    for needle in ("tasks: 7", "rollouts: 28", "proxy base URL: http://127.0.0.1:8800/r/", "command:",
+    for needle in ("split 'test'", "proxy base URL: http://127.0.0.1:8800/r/", "command:",
                    "FORGE_API_KEY=****", "timeouts:", "resources:"):
         assert needle in result.stdout
 
 
-def test_served_context_too_small_for_the_harness_prompt_warns() -> None:
-    """Qwen Code's own first prompt (~17,500 tokens) cannot fit SmolLM2's native 8,192: the plan says so."""
-    from forge_cli.config.compose import compose
-    from forge_cli.rollout.plan import build_plan
-
-    small = build_plan(compose(["+harness=qwen-code"]).experiment)
-    assert any("model.max_model_len=32768" in w and "qwen-code" in w for w in small.warnings)
-    served = build_plan(compose(["+harness=qwen-code", "model.max_model_len=32768"]).experiment)
+def test_served_context_too_small_for_the_harness_prompt_is_refused() -> None:
+    """Qwen Code's own first prompt (~18,000 tokens) + 160 answer tokens cannot fit SmolLM2's native 8,192: the plan
+    refuses with the fix (18,160 rounded up to 1,024s: 18,432), or serves that much with model.auto_context."""
+    with pytest.raises(UserError) as raised:
+        build_plan(compose(["+harness=qwen-code"]).experiment)
+    assert raised.value.exit_code == 2 and "qwen-code" in raised.value.message and "18160" in raised.value.message
+    assert raised.value.fix and "model.max_model_len=18432" in raised.value.fix and "auto_context" in raised.value.fix
+    served = build_plan(compose(["+harness=qwen-code", "model.max_model_len=18160"]).experiment)
     assert not any("max_model_len" in w for w in served.warnings)
     assert not any("max_model_len" in w for w in build_plan(compose(["+harness=pi"]).experiment).warnings)
+    auto = build_plan(compose(["+harness=qwen-code", "model.auto_context=true"]).experiment)
+    assert any("max_model_len=18432 instead of 8192" in w for w in auto.warnings)
+    # the harness is configured for the context served (OpenClaw: 9,000 + 160 -> 9,216)
+    openclaw = build_plan(compose(["+harness=openclaw", "model.auto_context=true"]).experiment)
+    assert "contextWindow: 9216" in json.dumps(openclaw.rollouts[0].config_files)

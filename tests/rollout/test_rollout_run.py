@@ -118,7 +118,8 @@ def test_react_on_builtin_tasks_records_every_call(tmp_path: Path, policy_server
     results = _results(summary)
     assert len(results) == summary["rollouts"] == 4
     assert {r["status"] for r in results} <= {"ok", "agent_error"} and any(r["status"] == "ok" for r in results)
-    assert all(r["reward"] in (0.0, 1.0) for r in results), "the verifier ran after every rollout"
+    # builtin verifiers give partial credit: any number in [0, 1], never None (None: the verifier did not run)
+    assert all(r["reward"] is not None and 0.0 <= r["reward"] <= 1.0 for r in results), "the verifier always ran"
     run_dir = Path(summary["run_dir"])
     assert (run_dir / "config.yaml").is_file() and (run_dir / "summary.json").is_file()
     ids = {r["rollout_id"] for r in results}

@@ -1,0 +1,336 @@
+"""Evaluation metrics over trials: pass@k, pass^k and mean score per task, per category and overall, with CIs.
+
+Input contract (what ``forge eval`` hands over): one dict per finished rollout,
+``{"task_id", "category", "trial", "rollout_id", "status", "reward", "passed", "logs", "calls", "error",
+"duration_s"}``. Only ``task_id``, ``category``, ``status``, ``reward`` and ``passed`` are read here.
+
+Counting rules:
+
+- A trial with status ``infra_error``, or whose ``passed`` is None (it could not be verified), is not an agent
+  failure: it is left out of ``n`` for its task and counted in ``infra_errors``.
+- Every other trial counts; it passed when ``passed`` is True. Its score is ``reward`` (None counts as 0).
+- Per task, with ``n`` counted trials of which ``c`` passed: ``mean_score`` is the mean of the scores,
+  ``pass_rate`` is ``c / n``, and for each reported k (default 1 and K, the trials per task):
+
+  - pass@k (:func:`pass_at_k`): the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` of "at least one of k
+    trials passes" (Chen et al. 2021, HumanEval).
+  - pass^k (:func:`pass_hat_k`): "all k trials pass". Two definitions exist and both are here:
+    :func:`pass_hat_k_unbiased` is ``C(c, k) / C(n, k)`` (tau-bench's pass^k); :func:`pass_hat_k_claw_eval` is
+    Claw-Eval's batch summary (``src/claw_eval/cli.py``, ``cmd_batch``, upstream commit 9365e1a): a task counts
+    for pass^k when ``all(tr["passed"] for tr in trials)`` over its k = n trials (and for pass@k when ``any``).
+    With n == k the two definitions are equal (``C(c, k) / C(k, k)`` is 1 when c == k, else 0), so the reported
+    pass^k is Claw-Eval's rule when n == k and the unbiased estimator when n > k (Claw-Eval never has n > k:
+    its k is the number of trials it ran). (Claw-Eval's *per-task* field ``pass_hat_k``, from
+    ``models/scoring.py``'s ``compute_pass_hat_k``, is the biased ``(c/n)**k``; forge does not report it.
+    Claw-Eval's ``passed`` is ``task_score >= 0.75`` and a trial that errored counts there as a failure;
+    forge takes ``passed`` from the verifier and leaves infra errors out.)
+  - When infra errors leave a task with n < k trials, its pass@k and pass^k are None (not estimable) and the
+    task is left out of those aggregates; each aggregate's ``n`` says how many tasks it is over.
+
+- Per category and overall: ``mean_score``, ``pass@k`` and ``pass^k`` are means over tasks of the per-task
+  values, with a 95% percentile-bootstrap interval over tasks (fixed seed: deterministic); ``pass_rate`` is the
+  plain per-trial rate (all counted trials pooled) with a 95% Wilson interval.
+
+Everything returns plain dataclasses with ``to_dict()`` (JSON-ready: the k of ``pass_at`` / ``pass_hat`` become
+string keys).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Z_95 = 1.959963984540054  # the standard normal's 97.5% quantile
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+UNCATEGORIZED = "uncategorized"
+
+
+def _check(n: int, c: int, k: int) -> None:
+    if n < 0 or c < 0 or k < 1:
+        raise ValueError(f"need n >= 0, c >= 0, k >= 1 (got n={n}, c={c}, k={k})")
+    if c > n:
+        raise ValueError(f"more passes than trials (c={c} > n={n})")
+    if n < k:
+        raise ValueError(f"pass@k / pass^k need at least k trials (n={n} < k={k})")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k, ``1 - C(n-c, k) / C(n, k)``, in the stable product form of Chen et al. 2021.
+
+    ``C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)``. Needs ``1 <= k <= n`` and ``0 <= c <= n``.
+    """
+    _check(n, c, k)
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_hat_k_unbiased(n: int, c: int, k: int) -> float:
+    """Unbiased pass^k (tau-bench), ``C(c, k) / C(n, k) = prod_{i=0}^{k-1} (c - i) / (n - i)``."""
+    _check(n, c, k)
+    if c < k:
+        return 0.0
+    return math.prod((c - i) / (n - i) for i in range(k))
+
+
+def pass_hat_k_claw_eval(n: int, c: int, k: int) -> float:
+    """Claw-Eval's batch-summary pass^k: 1.0 when all of the task's trials passed, else 0.0.
+
+    Claw-Eval runs exactly k trials per task and counts ``all(tr["passed"] for tr in trials)``; the rule is
+    only defined for n == k (ValueError otherwise: use :func:`pass_hat_k_unbiased` for n > k).
+    """
+    _check(n, c, k)
+    if n != k:
+        raise ValueError(f"Claw-Eval's pass^k is over exactly k trials (n={n} != k={k})")
+    return 1.0 if c == n else 0.0
+
+
+def pass_at_k_claw_eval(n: int, c: int, k: int) -> float:
+    """Claw-Eval's batch-summary pass@k: 1.0 when any of the task's k trials passed (n == k only)."""
+    _check(n, c, k)
+    if n != k:
+        raise ValueError(f"Claw-Eval's pass@k is over exactly k trials (n={n} != k={k})")
+    return 1.0 if c > 0 else 0.0
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """The reported pass^k: Claw-Eval's rule when n == k, the unbiased estimator when n > k (equal at n == k)."""
+    return pass_hat_k_claw_eval(n, c, k) if n == k else pass_hat_k_unbiased(n, c, k)
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% for the default z); contains ``successes / n``."""
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n and n > 0 (got {successes}/{n})")
+    p = successes / n
+    denom = 1.0 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return min(max(0.0, center - half), p), max(min(1.0, center + half), p)
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of an already sorted, non-empty sequence."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def bootstrap_mean_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                      level: float = 0.95) -> tuple[float, float]:
+    """Percentile-bootstrap interval of the mean of ``values`` (resampled with replacement, fixed seed).
+
+    Deterministic for a given (values, resamples, seed). The interval is widened to contain the sample mean
+    when resampling noise would leave it a hair outside (identical values, tiny samples).
+    """
+    if not values:
+        raise ValueError("bootstrap of an empty sample")
+    n = len(values)
+    point = sum(values) / n
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    alpha = (1.0 - level) / 2
+    return min(_quantile(means, alpha), point), max(_quantile(means, 1.0 - alpha), point)
+
+
+@dataclass
+class Estimate:
+    """A point estimate with its 95% interval; all None when there was nothing to estimate (n == 0)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int  # tasks (bootstrap) or trials (wilson) it is over
+    method: str  # "bootstrap" | "wilson"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def format(self, digits: int = 3) -> str:
+        """``0.583 [0.320, 0.810]``; ``-`` when there is no estimate."""
+        if self.value is None:
+            return "-"
+        return f"{fmt(self.value, digits)} [{fmt(self.low, digits)}, {fmt(self.high, digits)}]"
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A metric value for people: fixed digits, ``-`` for None."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+@dataclass
+class TaskMetrics:
+    """One task's counts and metrics (metrics None when the task has no counted trial or n < k)."""
+
+    task_id: str
+    category: str
+    n: int  # counted trials (infra errors left out)
+    passes: int
+    infra_errors: int
+    mean_score: float | None
+    pass_rate: float | None
+    pass_at: dict[int, float | None] = field(default_factory=dict)
+    pass_hat: dict[int, float | None] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pass_at"] = {str(k): v for k, v in self.pass_at.items()}
+        d["pass_hat"] = {str(k): v for k, v in self.pass_hat.items()}
+        return d
+
+
+@dataclass
+class GroupMetrics:
+    """Aggregates over a set of tasks (one category, or all of them)."""
+
+    name: str
+    tasks: int
+    trials: int  # counted trials
+    passes: int
+    infra_errors: int
+    mean_score: Estimate
+    pass_rate: Estimate
+    pass_at: dict[int, Estimate] = field(default_factory=dict)
+    pass_hat: dict[int, Estimate] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "tasks": self.tasks, "trials": self.trials, "passes": self.passes,
+            "infra_errors": self.infra_errors, "mean_score": self.mean_score.to_dict(),
+            "pass_rate": self.pass_rate.to_dict(),
+            "pass_at": {str(k): e.to_dict() for k, e in self.pass_at.items()},
+            "pass_hat": {str(k): e.to_dict() for k, e in self.pass_hat.items()},
+        }
+
+
+@dataclass
+class EvalMetrics:
+    """Everything :func:`aggregate` computes: per task, per category (sorted by name) and overall."""
+
+    trials_per_task: int  # K
+    ks: list[int]
+    overall: GroupMetrics
+    categories: dict[str, GroupMetrics]
+    tasks: list[TaskMetrics]
+
+    def summary(self) -> tuple[list[str], list[list[str]]]:
+        """Headers and rows (overall, then each category) of the summary table both reports show."""
+        hat_ks = shown_hat_ks(self.ks)
+        headers = ["group", "tasks", "trials", "infra", "mean score", "pass rate",
+                   *(f"pass@{k}" for k in self.ks), *(f"pass^{k}" for k in hat_ks)]
+        rows = [[g.name, str(g.tasks), str(g.trials), str(g.infra_errors), g.mean_score.format(),
+                 g.pass_rate.format(), *(g.pass_at[k].format() for k in self.ks),
+                 *(g.pass_hat[k].format() for k in hat_ks)]
+                for g in [self.overall, *self.categories.values()]]
+        return headers, rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trials_per_task": self.trials_per_task, "ks": list(self.ks), "overall": self.overall.to_dict(),
+            "categories": {name: g.to_dict() for name, g in self.categories.items()},
+            "tasks": [t.to_dict() for t in self.tasks],
+        }
+
+
+def is_infra(trial: Mapping[str, Any]) -> bool:
+    """True when the trial is not an agent outcome (status infra_error, or never verified: passed None)."""
+    return trial.get("status") == "infra_error" or trial.get("passed") is None
+
+
+def trial_score(trial: Mapping[str, Any]) -> float:
+    """A counted trial's score: its reward, None counting as 0."""
+    reward = trial.get("reward")
+    return 0.0 if reward is None else float(reward)
+
+
+def trials_by_task(trials: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Trials grouped by task id (tasks sorted by id, each task's trials by trial index)."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for t in trials:
+        grouped.setdefault(str(t["task_id"]), []).append(t)
+    return {tid: sorted(grouped[tid], key=lambda t: int(t.get("trial", 0))) for tid in sorted(grouped)}
+
+
+def shown_hat_ks(ks: Sequence[int]) -> list[int]:
+    """The ks whose pass^k the tables show: pass^1 equals pass@1, so it is shown only when 1 is the only k."""
+    return [k for k in ks if k > 1] or list(ks)
+
+
+def default_ks(trials_per_task: int) -> list[int]:
+    """The reported ks: 1 and K."""
+    return sorted({1, max(1, trials_per_task)})
+
+
+def task_metrics(task_id: str, trials: Sequence[Mapping[str, Any]], ks: Sequence[int]) -> TaskMetrics:
+    """One task's metrics from its trials (see the module docstring for the rules)."""
+    counted = [t for t in trials if not is_infra(t)]
+    n = len(counted)
+    c = sum(1 for t in counted if t.get("passed") is True)
+    category = next((str(t["category"]) for t in trials if t.get("category")), UNCATEGORIZED)
+    return TaskMetrics(
+        task_id=task_id, category=category, n=n, passes=c, infra_errors=len(trials) - n,
+        mean_score=sum(trial_score(t) for t in counted) / n if n else None,
+        pass_rate=c / n if n else None,
+        pass_at={k: pass_at_k(n, c, k) if n >= k else None for k in ks},
+        pass_hat={k: pass_hat_k(n, c, k) if n >= k else None for k in ks},
+    )
+
+
+def _bootstrap_estimate(values: Iterable[float | None], resamples: int, seed: int) -> Estimate:
+    present = [v for v in values if v is not None]
+    if not present:
+        return Estimate(None, None, None, 0, "bootstrap")
+    low, high = bootstrap_mean_ci(present, resamples=resamples, seed=seed)
+    return Estimate(sum(present) / len(present), low, high, len(present), "bootstrap")
+
+
+def _wilson_estimate(successes: int, n: int) -> Estimate:
+    if n == 0:
+        return Estimate(None, None, None, 0, "wilson")
+    low, high = wilson_interval(successes, n)
+    return Estimate(successes / n, low, high, n, "wilson")
+
+
+def group_metrics(name: str, tasks: Sequence[TaskMetrics], ks: Sequence[int],
+                  resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> GroupMetrics:
+    """Aggregate per-task metrics: bootstrap means over tasks, Wilson for the pooled per-trial pass rate."""
+    trials = sum(t.n for t in tasks)
+    passes = sum(t.passes for t in tasks)
+    return GroupMetrics(
+        name=name, tasks=len(tasks), trials=trials, passes=passes, infra_errors=sum(t.infra_errors for t in tasks),
+        mean_score=_bootstrap_estimate((t.mean_score for t in tasks), resamples, seed),
+        pass_rate=_wilson_estimate(passes, trials),
+        pass_at={k: _bootstrap_estimate((t.pass_at[k] for t in tasks), resamples, seed) for k in ks},
+        pass_hat={k: _bootstrap_estimate((t.pass_hat[k] for t in tasks), resamples, seed) for k in ks},
+    )
+
+
+def aggregate(trials: Iterable[Mapping[str, Any]], trials_per_task: int | None = None,
+              ks: Sequence[int] | None = None, resamples: int = BOOTSTRAP_RESAMPLES,
+              seed: int = BOOTSTRAP_SEED) -> EvalMetrics:
+    """Per task, per category and overall metrics of a run's trials.
+
+    ``trials_per_task`` is K (``meta["trials"]``); when None, the most trials any task has (infra included).
+    ``ks`` defaults to 1 and K.
+    """
+    grouped = trials_by_task(trials)
+    if trials_per_task is None:
+        trials_per_task = max((len(ts) for ts in grouped.values()), default=1)
+    ks = sorted(set(ks)) if ks else default_ks(trials_per_task)
+    if ks[0] < 1:
+        raise ValueError(f"k must be >= 1 (got {ks})")
+    per_task = [task_metrics(tid, ts, ks) for tid, ts in grouped.items()]
+    by_category: dict[str, list[TaskMetrics]] = {}
+    for t in per_task:
+        by_category.setdefault(t.category, []).append(t)
+    return EvalMetrics(
+        trials_per_task=trials_per_task, ks=list(ks),
+        overall=group_metrics("overall", per_task, ks, resamples, seed),
+        categories={name: group_metrics(name, by_category[name], ks, resamples, seed) for name in sorted(by_category)},
+        tasks=per_task,
+    )

@@ -1,0 +1,297 @@
+"""The builtin suite: sizes and splits, determinism, hidden answers, every task's reference solution scoring
+exactly 1.0 and doing nothing exactly 0.0 in a real local sandbox, partial credit, and flat task files."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forge_cli.config.compose import compose
+from forge_cli.config.schema import EnvConfig
+from forge_cli.envs.builtin import FAMILIES, BuiltinOptions, BuiltinSource, generate, read_task_file, templates
+from forge_cli.envs.builtin.taskfile import dump_tasks, task_entry
+from forge_cli.envs.source import load_tasks
+from forge_cli.envs.task import Task
+from forge_cli.envs.verifier import Score, VerifyContext, new_reward_dir, run_verifier
+from forge_cli.envs.verifiers import PythonVerifier, ShellVerifier
+from forge_cli.errors import UserError
+from forge_cli.runtime import isolation
+from forge_cli.runtime.local import LocalSandbox
+from forge_cli.runtime.spec import SandboxSpec
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE = ROOT / "forge_cli" / "envs" / "examples" / "tasks.yaml"
+HOME = "/tmp/forge-home"
+BATCH = 24
+
+
+def _env(*overrides: str) -> EnvConfig:
+    return compose(list(overrides)).experiment.env
+
+
+def _source(*overrides: str, **options: Any) -> BuiltinSource:
+    env = _env(*overrides)
+    return BuiltinSource(EnvConfig.model_validate({**env.model_dump(), "options": options}) if options else env)
+
+
+def _all() -> list[Task]:
+    return _source().load("all")
+
+
+def _content(task: Task) -> tuple[object, ...]:
+    return (task.instruction, tuple(sorted(task.files.items())), tuple(task.setup))
+
+
+# ---------------------------------------------------------------- the generated suite
+def test_default_splits_sizes_and_families() -> None:
+    source = _source()
+    train, test = source.load("train"), source.load("test")
+    assert (len(train), len(test)) == (81, 31)
+    assert source.splits() == ["train", "test", "all"]
+    assert [source.default_split(p) for p in ("eval", "train", "rollout")] == ["test", "train", "test"]
+    assert FAMILIES == ("create-edit", "search-count", "json-csv", "fix-script", "multi-step", "answer")
+    assert Counter(t.category for t in train) == {"create-edit": 12, "search-count": 15, "json-csv": 12,
+                                                  "fix-script": 15, "multi-step": 15, "answer": 12}
+    assert Counter(t.category for t in test) == {"create-edit": 5, "search-count": 5, "json-csv": 5,
+                                                 "fix-script": 5, "multi-step": 6, "answer": 5}
+    assert [t.id for t in source.load("all")] == [t.id for t in train + test]
+    assert [t.id for t in source.load(None)] == [t.id for t in train + test]
+    assert (train[0].id, test[0].id) == ("create-edit-write-file-0", "create-edit-write-file-1")
+
+
+def test_ids_templates_and_metadata() -> None:
+    tasks = _all()
+    assert len({t.id for t in tasks}) == len(tasks) == 112
+    assert len(templates()) == 31 and {t.difficulty for t in templates()} == {"easy", "medium", "hard"}
+    for family in FAMILIES:
+        own = [t for t in templates() if t.family == family]
+        assert len(own) >= 4 and {t.difficulty for t in own} >= {"easy"}, family
+    for task in tasks:
+        meta = task.metadata
+        assert task.id == f"{meta['family']}-{meta['template']}-{meta['seed']}" and task.category == meta["family"]
+        assert isinstance(task.verifier, PythonVerifier) and task.verify is not None
+        assert task.verify.startswith("python: forge_cli.envs.builtin.checks:")
+        assert meta["solution"] and task.instruction
+
+
+def test_generation_is_deterministic_and_seeded() -> None:
+    def dump(tasks: list[Task]) -> list[Any]:
+        return [(t.id, _content(t), t.verifier.args if isinstance(t.verifier, PythonVerifier) else None,
+                 t.metadata["solution"]) for t in tasks]
+
+    assert dump(_all()) == dump(_all())
+    other = generate(BuiltinOptions(seed=100))
+    assert {t.id for t in other["test"]}.isdisjoint({t.id for t in _source().load("test")})
+    assert other["test"][0].id == "create-edit-write-file-101"
+    more = generate(BuiltinOptions(train_per_template=5, test_per_template=2))
+    assert (len(more["train"]), len(more["test"])) == (135, 62)
+    assert [t.id for t in more["train"][:3]] == ["create-edit-write-file-0", "create-edit-write-file-2",
+                                                 "create-edit-write-file-4"]
+
+
+def test_no_template_instance_in_both_splits() -> None:
+    for options in (BuiltinOptions(), BuiltinOptions(train_per_template=8, test_per_template=4, seed=7)):
+        tasks = generate(options)
+        train, test = tasks["train"], tasks["test"]
+        assert {t.id for t in train}.isdisjoint({t.id for t in test})
+        assert {_content(t) for t in train}.isdisjoint({_content(t) for t in test})
+        assert len({_content(t) for t in train + test}) == len(train) + len(test)
+        assert all(t.metadata["seed"] % 2 == options.seed % 2 for t in train)
+        assert all(t.metadata["seed"] % 2 != options.seed % 2 for t in test)
+        held_out = {t.key for t in templates() if t.held_out}
+        assert held_out == {"create-edit-delete-lines", "json-csv-json-write", "multi-step-make-files",
+                            "answer-two-files"}
+        assert not any(f"{t.category}-{t.metadata['template']}" in held_out for t in train)
+        assert {f"{t.category}-{t.metadata['template']}" for t in test} == {t.key for t in templates()}
+
+
+def _values(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [v for item in value.values() for v in _values(item)]
+    if isinstance(value, list):
+        return [v for item in value for v in _values(item)]
+    return [str(value)] if value is not None else []
+
+
+def test_answers_stay_hidden() -> None:
+    for task in _all():
+        assert isinstance(task.verifier, PythonVerifier)
+        for secret in task.metadata["secrets"]:
+            assert not re.search(rf"(?<![\w-]){re.escape(secret)}(?![\w-])", task.instruction), (task.id, secret)
+        args = task.verifier.args
+        if "path" in args:  # the output the harness must write does not exist before it runs
+            assert args["path"] not in task.files or task.verifier.name.endswith(":edit"), task.id
+        for expected in _values(args.get("expected")) if "path" in args and "original" not in args else []:
+            assert all(expected.strip() != str(content).strip() for content in task.files.values()), task.id
+
+
+def test_options_are_validated() -> None:
+    assert _source(seed=3, test_per_template=2).load("test")[0].id == "create-edit-write-file-4"
+    with pytest.raises(ValueError, match=r"env\.options for source 'builtin': tests_per_template: Extra inputs"):
+        _source(tests_per_template=2)
+    with pytest.raises(UserError, match="unknown split 'dev'"):
+        load_tasks(_env("env.split=dev"))
+    taskset = load_tasks(_env(), purpose="train")
+    assert (taskset.split, len(taskset.tasks)) == ("train", 81)
+
+
+# ---------------------------------------------------------------- every task in a real sandbox
+async def _run(source: BuiltinSource, task: Task, script: str | None, run_id: str) -> Score:
+    spec = SandboxSpec(run_id=run_id, rollout_id=task.id, image="", workdir="/work", env={"HOME": HOME},
+                       files=dict(task.files))
+    box = await LocalSandbox.create(spec, None)
+    # isolated (bubblewrap) wherever it can be: the reference solutions must score under isolation
+    assert box.isolated or not isolation.probe().usable
+    try:
+        await source.prepare(box, task)
+        if script is not None:
+            result = await box.exec(["bash", "-c", script], timeout=30)
+            assert result.ok, (task.id, result.stderr)
+        await box.kill_processes()
+        reward_dir = new_reward_dir(HOME)
+        assert (await box.exec(["mkdir", "-p", reward_dir])).ok
+        ctx = VerifyContext(sandbox=box, task=task, rollout_id="t", reward_dir=reward_dir, timeout_s=30)
+        assert task.verifier is not None
+        return await run_verifier(task.verifier, ctx)
+    finally:
+        await box.stop()
+
+
+async def _scores(source: BuiltinSource, jobs: list[tuple[Task, str | None]]) -> list[Score]:
+    scores: list[Score] = []
+    for start in range(0, len(jobs), BATCH):
+        batch = jobs[start:start + BATCH]
+        scores += await asyncio.gather(*(_run(source, task, script, "builtin-suite") for task, script in batch))
+    return scores
+
+
+def test_every_reference_solution_scores_one_and_doing_nothing_zero() -> None:
+    source = _source()
+    tasks = source.load("all")
+    jobs = [(t, t.metadata["solution"]) for t in tasks] + [(t, None) for t in tasks]
+    scores = asyncio.run(_scores(source, jobs))
+    solved, untouched = scores[:len(tasks)], scores[len(tasks):]
+    assert [t.id for t, s in zip(tasks, solved, strict=True) if (s.reward, s.passed) != (1.0, True)] == []
+    assert [t.id for t, s in zip(tasks, untouched, strict=True) if (s.reward, s.passed) != (0.0, False)] == []
+
+
+PARTIAL_CASES = [  # (template key, seed, what the agent did, reward)
+    ("create-edit-write-file", 1, "echo 'the text is: piano stone 92' > draft.txt", 0.5),
+    ("create-edit-write-file", 1, "echo 'Piano Stone 92' > draft.txt", 0.5),
+    ("create-edit-write-file", 1, "echo hello > draft.txt", 0.1),
+    ("create-edit-append-line", 1, "echo '- feather glacier' > plan.txt", 0.0),
+    ("create-edit-append-line", 1, "sed -i 1d plan.txt; echo '- feather glacier' >> plan.txt", 0.3333),
+    ("create-edit-replace-value", 1, "sed -i 's/marble/cactus/; /port/d' settings.ini", 0.4),
+    ("search-count-count-lines", 1, "wc -l words.txt > count.txt", 0.5),
+    ("search-count-extract-lines", 1, "grep WARN app.log | head -n 1 > warn.txt", 0.25),
+    ("json-csv-csv-column", 1, "cut -d, -f3 people.csv > city.txt", 0.4706),
+    ("json-csv-json-write", 1, "echo '{\"name\": \"Nadia\", \"age\": \"62\"}' > member.json", 0.25),
+    ("fix-script-fix-operator", 1, "printf 'print(45)\\n' > calc.py", 0.3333),
+    ("multi-step-backup-copy", 1, "mkdir copies && mv log.txt copies/", 0.0),
+    ("multi-step-backup-copy", 1, "mkdir copies && touch copies/log.txt", 0.5),
+    ("multi-step-sort-and-count", 1, "sort names.txt > sorted.txt", 0.5),
+    ("multi-step-make-files", 1, "mkdir pieces && echo silver > pieces/silver.txt", 0.3333),
+    ("answer-lookup", 1, "grep Liam phonebook.txt > answer.txt", 0.5),
+]
+
+
+def test_partial_credit() -> None:
+    source = _source()
+    by_id = {t.id: t for t in source.load("all")}
+    tasks = [by_id[f"{key}-{seed}"] for key, seed, _, _ in PARTIAL_CASES]
+    scores = asyncio.run(_scores(source, [(t, case[2]) for t, case in zip(tasks, PARTIAL_CASES, strict=True)]))
+    assert [s.reward for s in scores] == [case[3] for case in PARTIAL_CASES]
+    assert not any(s.passed for s in scores)
+
+
+# ---------------------------------------------------------------- flat task files
+def test_example_task_file_loads_through_env_path() -> None:
+    source = _source(f"env.path={EXAMPLE}")
+    assert source.splits() == [] and source.default_split("eval") is None
+    taskset = load_tasks(_env(f"env.path={EXAMPLE}"), purpose="eval")
+    tasks = {t.id: t for t in taskset.tasks}
+    assert taskset.split is None and len(tasks) == 7
+    assert isinstance(tasks["hello-file"].verifier, ShellVerifier)
+    assert tasks["hello-file"].verify == 'shell: test "$(cat hello.txt)" = "hello world"'
+    assert [t.name for t in tasks["mail-reply"].tools] == ["list_inbox", "read_email", "send_email"]
+    assert tasks["mail-reply"].tool_state["mailbox"]["inbox"][1]["body"] == "FYI the design review is in room 4B."
+
+
+def test_task_file_splits_and_fields(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.yaml"
+    path.write_text("- {id: a, instruction: do a, split: train, setup: echo hi, category: x}\n"
+                    "- {id: b, instruction: do b, split: test, verifier: {kind: python, function: 'm:f'},"
+                    " files: {in.txt: data}, timeout_s: 30}\n"
+                    "- {id: c, instruction: do c}\n")
+    file = read_task_file(path)
+    assert file.splits() == ["train", "test", "all"]
+    assert [t.id for t in file.tasks("train")] == ["a"] and [t.id for t in file.tasks("all")] == ["a", "b", "c"]
+    a, b, _ = file.tasks(None)
+    assert (a.setup, a.category, a.verifier) == (["echo hi"], "x", None)
+    assert (b.verify, b.files, b.timeout_s) == ("python: m:f", {"in.txt": "data"}, 30)
+    source = _source(f"env.path={path}")
+    assert [source.default_split(p) for p in ("eval", "train", "rollout")] == ["test", "train", "test"]
+    assert [t.id for t in load_tasks(_env(f"env.path={path}"), purpose="eval").tasks] == ["b"]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("- id: a\n  instruction: do a\n- id: b\n  instruction: do: b\n", ":4: not valid YAML"),
+    ("- id: a\n  instruction: do a\n\n- id: b\n  verify: 'true'\n", ":4: the task has no `instruction`"),
+    ("- instruction: do a\n", ":1: the task has no `id`"),
+    ("- id: a\n  instruction: do a\n  vrify: 'true'\n", ":3: unknown key `vrify`"),
+    ("- id: a\n  instruction: do a\n- id: a\n  instruction: again\n", ":3: task id `a` is used twice"),
+    ("- id: a\n  instruction: do a\n  files: [x.txt]\n", ":3: `files` must be a mapping"),
+    ("- id: a\n  instruction: do a\n  verifier: {kind: nope}\n", ":3: task a: unknown verifier kind 'nope'"),
+    ("- id: a\n  instruction: do a\n  tools: [{name: t}]\n", ":3: task a: invalid tool spec"),
+    ("- id: a\n  instruction: do a\n  verify: 'true'\n  verifier: {kind: shell, command: 'true'}\n",
+     ":4: give either `verify`"),
+    ("id: a\ninstruction: do a\n", ":1: a task file is a YAML list of tasks"),
+    ("- just a string\n", ":1: a task is a mapping"),
+])
+def test_task_file_errors_name_file_and_line(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(UserError) as error:
+        read_task_file(path)
+    assert error.value.exit_code == 2 and error.value.message.startswith(f"{path}{message}"), error.value.message
+
+
+def test_missing_task_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as error:
+        load_tasks(_env(f"env.path={tmp_path / 'none.yaml'}"))
+    assert error.value.exit_code == 2 and error.value.message == f"{tmp_path / 'none.yaml'}: task file does not exist"
+
+
+def _summary(task: Task) -> tuple[object, ...]:
+    verifier = task.verifier
+    args = verifier.args if isinstance(verifier, PythonVerifier) else None
+    return (task.id, _content(task), task.verify, args, task.tools, task.tool_state, task.category, task.metadata)
+
+
+def test_tasks_written_to_a_task_file_read_back_the_same(tmp_path: Path) -> None:
+    for name, entries in (("suite", [(t, s) for s, tasks in generate(BuiltinOptions()).items() for t in tasks]),
+                          ("example", list(read_task_file(EXAMPLE).entries))):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(dump_tasks(entries))
+        back = read_task_file(path).entries
+        assert [(_summary(t), s) for t, s in back] == [(_summary(t), s) for t, s in entries]
+    with pytest.raises(ValueError, match="task b: binary files"):
+        task_entry(Task(id="b", instruction="x", files={"a.bin": b"\0"}))
+
+
+def test_script_exports_a_task_file_that_env_path_runs(tmp_path: Path) -> None:
+    out = tmp_path / "more.yaml"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "builtin-tasks.py"), "--seed", "10",
+                           "--test-per-template", "2", "--split", "test", "--export", str(out)],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout == f"wrote 62 tasks to {out} (run them with env.path={out})\n"
+    taskset = load_tasks(_env(f"env.path={out}"), purpose="eval")
+    assert taskset.split == "test" and [t.id for t in taskset.tasks] == [
+        t.id for t in generate(BuiltinOptions(seed=10, test_per_template=2))["test"]]
