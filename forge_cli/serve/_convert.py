@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -25,8 +26,8 @@ def convert(gguf: Path, out: Path, template: str) -> dict[str, object]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+    tokenizer: Any = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
     # save_pretrained refuses a GGUF-quantized model until the quantizer markers are cleared
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -51,8 +52,8 @@ def verify(out: Path) -> dict[str, object]:
     config = AutoConfig.from_pretrained(str(out))
     if getattr(config, "quantization_config", None):
         raise SystemExit("saved config still has a quantization_config")
-    tokenizer = AutoTokenizer.from_pretrained(str(out))
-    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.bfloat16)
+    tokenizer: Any = AutoTokenizer.from_pretrained(str(out))
+    model: Any = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.bfloat16)
     tools = [{"type": "function", "function": {"name": "bash", "description": "run a command",
                                                "parameters": {"type": "object", "properties": {}}}}]
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tools=tools, tokenize=False,

@@ -22,6 +22,7 @@ from forge_cli.checksums import sha256_file
 from forge_cli.config.schema import SmolModel, VllmModel
 from forge_cli.errors import UserError
 from forge_cli.paths import env_dir, env_python, models_dir
+from forge_cli.serve.adapter import adapter_base, is_adapter_dir
 
 MODEL_DIR_NAME = "smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -34,11 +35,20 @@ SETUP_FIX = "run `scripts/setup.sh vllm` (builds forge's vLLM environment with t
 
 @dataclass(frozen=True)
 class PreparedModel:
-    """A model directory vLLM can serve, and the chat template to serve it with (None: its own)."""
+    """A model directory vLLM can serve, and the chat template to serve it with (None: its own).
+
+    For a LoRA adapter checkpoint (``forge_cli/serve/adapter.py``) ``path`` is the adapter and ``base`` the model
+    directory vLLM loads under it."""
 
     path: Path
     chat_template: Path | None
     converted: bool = False
+    base: Path | None = None
+
+    @property
+    def weights(self) -> Path:
+        """The full model directory vLLM loads (``--model``, ``--tokenizer``)."""
+        return self.base or self.path
 
 
 
@@ -156,7 +166,7 @@ def check_model(model: SmolModel | VllmModel) -> None:
     if model.chat_template and not Path(model.chat_template).expanduser().is_file():
         raise UserError(f"model.chat_template={model.chat_template}: no such file",
                         fix="point model.chat_template at a Jinja chat template, or set it to null")
-    if isinstance(model, SmolModel):
+    if isinstance(model, SmolModel) and model.path is None:
         if not _manifest_ok(default_model_dir(), full=False):
             vllm_python()
             find_gguf(model.package)
@@ -164,14 +174,19 @@ def check_model(model: SmolModel | VllmModel) -> None:
     _model_dir(model)
 
 
-def _model_dir(model: VllmModel) -> Path:
+def _model_dir(model: SmolModel | VllmModel) -> Path:
+    """``model.path`` checked (a model or LoRA adapter directory; UserError exit 2 otherwise), resolved."""
+    assert model.path is not None
     path = Path(model.path).expanduser()
     if not path.exists():
         raise UserError(f"model.path={model.path}: no such directory",
-                        fix="set model.path to a local Hugging Face model directory (with config.json)")
+                        fix="set model.path to a local Hugging Face model directory (with config.json)", exit_code=2)
+    if is_adapter_dir(path):
+        adapter_base(path)  # its base must be here
+        return path.resolve()
     if not (path / "config.json").is_file():
         raise UserError(f"model.path={model.path} is not a Hugging Face model directory (no config.json in it)",
-                        fix="set model.path to a directory holding config.json and *.safetensors")
+                        fix="set model.path to a directory holding config.json and *.safetensors", exit_code=2)
     return path.resolve()
 
 
@@ -179,7 +194,14 @@ def resolve_model(model: SmolModel | VllmModel, log: Callable[[str], None] | Non
     """The directory and chat template to serve for ``model``, preparing the default model if needed."""
     check_model(model)
     explicit = Path(model.chat_template).expanduser() if model.chat_template else None
-    if isinstance(model, SmolModel):
+    if isinstance(model, SmolModel) and model.path is None:
         prepared = prepare_default_model(model.package, log=log)
         return PreparedModel(prepared.path, explicit or prepared.chat_template, prepared.converted)
-    return PreparedModel(_model_dir(model), explicit)
+    path = _model_dir(model)
+    return PreparedModel(path, explicit, base=adapter_base(path) if is_adapter_dir(path) else None)
+
+
+def model_path(model: SmolModel | VllmModel) -> Path:
+    """The directory ``model.path`` names, checked without loading anything (UserError exit 2 when it is missing
+    or not a model or adapter directory)."""
+    return _model_dir(model)

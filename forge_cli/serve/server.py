@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,9 +24,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from forge_cli.config.schema import ModelConfig, OpenAICompatibleModel, SmolModel, VllmModel
+from forge_cli.config.schema import LoraSettings, ModelConfig, OpenAICompatibleModel, SmolModel, VllmModel
 from forge_cli.errors import UserError
 from forge_cli.paths import forge_home
+from forge_cli.procs import die_with_parent
+from forge_cli.serve.adapter import AdapterServing, adapter_config, identity_adapter, lora_launch
 from forge_cli.serve.prepare import PreparedModel, check_model, resolve_model, vllm_python
 
 LOOPBACK = "127.0.0.1"
@@ -52,7 +53,8 @@ def check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as exc:
             raise UserError(f"port {port} on {host} is already in use ({exc.strerror})",
-                            fix="pick another with --port P (or model.port=P), or 0 for a free one") from None
+                            fix="pick another with --port P (or model.port=P), or 0 for a free one",
+                            exit_code=2) from None
 
 
 def logs_dir() -> Path:
@@ -77,16 +79,25 @@ class Launch:
 
 
 def build_launch(model: SmolModel | VllmModel, prepared: PreparedModel, port: int,
-                 model_path: Path | None = None) -> Launch:
-    """The vLLM command line and environment for ``model`` (``model_path`` overrides the weights)."""
-    path = model_path or prepared.path
+                 model_path: Path | None = None, adapter: AdapterServing | None = None) -> Launch:
+    """The vLLM command line and environment for ``model`` (``model_path`` overrides the weights).
+
+    With ``adapter`` (or a LoRA checkpoint as the model) the base is served as ``<served_name>-base`` and the
+    adapter as ``served_name`` (``forge_cli/serve/adapter.py``)."""
+    path = model_path or prepared.weights
+    if adapter is None and prepared.base is not None:
+        adapter = AdapterServing(prepared.path, int(adapter_config(prepared.path)["r"]))
     argv = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(path), "--tokenizer", str(prepared.path),
-            "--served-model-name", model.served_name,
-            "--host", model.host, "--port", str(port),
-            "--dtype", serving_dtype(model), "--max-model-len", str(model.max_model_len)]
+            "--model", str(path), "--tokenizer", str(prepared.weights)]
+    argv += ["--served-model-name", model.served_name] if adapter is None else []
+    argv += ["--host", model.host, "--port", str(port), "--dtype", serving_dtype(model),
+             "--max-model-len", str(model.max_model_len)]
     env = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if adapter is not None:
+        lora_argv, lora_env = lora_launch(model.served_name, adapter)
+        argv += lora_argv
+        env.update(lora_env)
     if model.device == "cpu":
         argv.append("--enforce-eager")
         # vLLM reads VLLM_CPU_KVCACHE_SPACE as whole GiB
@@ -98,7 +109,7 @@ def build_launch(model: SmolModel | VllmModel, prepared: PreparedModel, port: in
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     if prepared.chat_template is not None:
         argv += ["--chat-template", str(prepared.chat_template)]
-    argv += context_extension_args(model, prepared.path)
+    argv += context_extension_args(model, prepared.weights)
     argv += list(model.extra_args)
     return Launch(argv, env, model.host, port, model.served_name, path)
 
@@ -160,14 +171,6 @@ def context_extension_args(model: SmolModel | VllmModel, path: Path) -> list[str
     # as transformers' YaRN expects: max_position_embeddings is the scaled length, the native one is "original"
     overrides = {"max_position_embeddings": model.max_model_len, "rope_parameters": parameters}
     return ["--hf-overrides", json.dumps(overrides)]
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: SIGTERM the server when the forge process that started it dies (PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 @dataclass
@@ -315,19 +318,23 @@ def _progress(path: Path) -> str:
 
 def start_server(model: ModelConfig, port: int | None = None, *, log_path: Path | None = None,
                  wait: bool = True, timeout: float = 600.0, detach: bool = False, log: Log | None = None,
-                 model_path: Path | None = None) -> PolicyServer:
+                 model_path: Path | None = None, lora: LoraSettings | None = None) -> PolicyServer:
     """Start vLLM for ``model`` in the background and (``wait``) block until it is healthy.
 
     ``port``: None → ``model.port``; 0 → a free port. The default model is converted first if
     needed. Unless ``detach``, the server is stopped when this Python process exits (even when it
     is killed). ``model_path`` serves other weights (a checkpoint) with the model's tokenizer.
+    ``lora`` (``trainer.lora`` of a training run) serves an adapter of that rank under the model's name, starting
+    from the identity adapter (or the model's own adapter when ``model.path`` is a LoRA checkpoint), that
+    :func:`forge_cli.serve.weights.update_weights` replaces at run time.
     """
     if isinstance(model, OpenAICompatibleModel):
         raise UserError(f"model source 'openai-compatible' is an external endpoint ({model.base_url}); "
-                        "forge does not start a server for it", fix="use model=smollm2-135m or model=vllm")
+                        "forge does not start a server for it", fix="use model=smollm2-135m or model=vllm",
+                        exit_code=2)
     if model.host != LOOPBACK:
         raise UserError(f"model.host={model.host}: forge binds its policy servers to {LOOPBACK} only",
-                        fix=f"set model.host={LOOPBACK}")
+                        fix=f"set model.host={LOOPBACK}", exit_code=2)
     check_model(model)
     chosen = model.port if port is None else port
     if chosen == 0:
@@ -337,7 +344,13 @@ def start_server(model: ModelConfig, port: int | None = None, *, log_path: Path 
     prepared = resolve_model(model, log=log)
     if model_path is not None and not (Path(model_path) / "config.json").is_file():
         raise UserError(f"{model_path} is not a Hugging Face model directory (no config.json in it)")
-    launch = build_launch(model, prepared, chosen, Path(model_path) if model_path else None)
+    adapter = None
+    if lora is not None and model_path is None:
+        own = int(adapter_config(prepared.path)["r"]) if prepared.base is not None else 0
+        start = prepared.path if prepared.base is not None else identity_adapter(
+            prepared.weights, lora.rank, lora.alpha, lora.target_modules)
+        adapter = AdapterServing(start, max(lora.rank, own))
+    launch = build_launch(model, prepared, chosen, Path(model_path) if model_path else None, adapter)
     return spawn(launch, prepared, log_path=log_path, wait=wait, timeout=timeout, detach=detach, log=log)
 
 
@@ -349,12 +362,10 @@ def spawn(launch: Launch, prepared: PreparedModel, *, log_path: Path | None = No
         log_path = logs_dir() / f"vllm-{launch.port}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **launch.env}
-    # PR_SET_PDEATHSIG follows the starting *thread*: set it only when started from the main one
-    in_main = threading.current_thread() is threading.main_thread()
     with log_path.open("wb") as out:
         process = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                    env=env, start_new_session=True,
-                                   preexec_fn=_die_with_parent if in_main and not detach else None)
+                                   preexec_fn=None if detach else die_with_parent())
     server = PolicyServer(launch, process, log_path, prepared, started_s=time.monotonic())
     if not detach:
         atexit.register(server.stop)

@@ -88,7 +88,11 @@ def test_weight_update_changes_answers_and_keeps_in_flight_requests(
     update_thread = threading.Thread(target=update)
     update_thread.start()
     late_thread = None
-    for _ in range(100):  # send the late request while the server is paused for the update
+    # Send the late request while the server is paused for the update. /pause?mode=wait may report paused
+    # only once the long request has drained, which takes seconds on a slow machine (a count of 100 polls
+    # ran out first in CI): poll until the update ends.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
         if httpx.get(policy_server.url + "/is_paused", timeout=30).json()["is_paused"]:
             late_thread = threading.Thread(target=late_request)
             late_thread.start()

@@ -1,0 +1,1 @@
+"""Training: samples from recorded calls, algorithms, trainer backends and the step loop (``forge train``)."""

@@ -1,0 +1,285 @@
+"""``forge train``: the step loop on one machine.
+
+One step: ``trainer.tasks_per_step`` tasks from the env's train split (a seeded order, reshuffled each pass) ->
+``algo.group_size`` rollouts each (one group) through the harness, sandbox and proxy -> verifier rewards -> DAPO
+dynamic sampling (``forge_cli/train/dynamic.py``: groups without signal dropped or refilled, per
+``algo.dynamic_sampling``) -> samples from the recorded tokens (``forge_cli/train/samples.py``) -> advantages -> one
+policy update (the trainer backend) -> the new weights served (proxy paused while the policy server reloads them;
+the proxy stamps the new version on every later record) -> next step. With ``trainer.max_staleness`` N >= 1 the
+next step's rollouts start while the update and sync run, at most N updates behind (``forge_cli/train/pipeline.py``
+runs the updates and checks every record's weight version against the bound). Every ``trainer.eval_every`` steps
+the eval split runs at ``eval.temperature`` (``forge_cli/train/evaluation.py``). The session (policy server, proxy,
+tool server, sandboxes) lives for the run.
+
+The run directory adds to ``forge rollout``'s: ``metrics.jsonl`` (one line per step, ``forge_cli/train/metrics_log
+.py``), ``tensorboard/`` (event files), ``checkpoints/step-N/`` (servable HF directories with the trainer state, the
+last ``trainer.keep_checkpoints`` kept) and ``eval/step-N/`` (evaluation results and reports). A checkpoint gets
+``pending.json`` (the update's metrics) once it is saved and ``metrics.json`` once its step is complete (weights
+served, evaluation done, metrics line next). ``forge train --resume RUN_DIR`` continues from the newest checkpoint
+with either file, with the same task order: a pending one is served, evaluated when due and completed first.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from forge_cli.config.schema import Experiment
+from forge_cli.envs.source import TaskSet, load_tasks
+from forge_cli.envs.task import Task
+from forge_cli.errors import UserError
+from forge_cli.rollout.reader import RunRollout, read_run
+from forge_cli.rollout.result import RolloutResult
+from forge_cli.rollout.session import RolloutSession
+from forge_cli.train.backend import TrainerBackend
+from forge_cli.train.evaluation import eval_due, eval_taskset, run_evaluation
+from forge_cli.train.local import iter_checkpoints
+from forge_cli.train.metrics_log import METRICS_FILE, MetricsLog, rollout_metrics, step_line
+from forge_cli.train.pipeline import UpdatePipeline, staleness
+
+Say = Callable[[str], None]
+# a checkpoint's update metrics, written once it is saved: its step is done but for the weight sync, evaluation
+# and metrics line (which --resume completes)
+PENDING_FILE = "pending.json"
+
+
+def task_order(tasks: list[Task], seed: int, step: int, per_step: int) -> list[Task]:
+    """The tasks of ``step``: consecutive slices of a seeded shuffle of the task list, reshuffled every pass, so the
+    order depends only on (seed, step) and a resumed run sees the same tasks."""
+    picked: list[Task] = []
+    position = step * per_step
+    while len(picked) < per_step:
+        epoch, offset = divmod(position, len(tasks))
+        order = list(tasks)
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+        picked.append(order[offset])
+        position += 1
+    return picked
+
+
+def model_directory(exp: Experiment) -> Path:
+    """The HF directory the trainer starts from (the same weights the policy server serves)."""
+    from forge_cli.config.schema import OpenAICompatibleModel
+    from forge_cli.serve.prepare import resolve_model
+
+    if isinstance(exp.model, OpenAICompatibleModel):
+        raise UserError("forge train needs weights it can update: model=openai-compatible serves a policy forge "
+                        "cannot train", fix="use the default model, or model=vllm model.path=DIR", exit_code=2)
+    return resolve_model(exp.model).path
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name.split("-", 1)[1])
+
+
+def resume_point(checkpoints: Path) -> Path | None:
+    """The newest checkpoint whose update finished (complete, or pending its sync/evaluation/metrics line)."""
+    done = [p for p in iter_checkpoints(checkpoints) if (p / METRICS_FILE).is_file() or (p / PENDING_FILE).is_file()]
+    return done[-1] if done else None
+
+
+@dataclass
+class Update:
+    """What a step hands to its update: the rollouts to train on and the metrics measured so far."""
+
+    step: int  # 0-based; the update makes version step + 1
+    rollouts: list[RunRollout]
+    metrics: dict[str, Any]
+    started: float  # when the step's rollouts started (time.monotonic)
+
+
+class StepLoop:
+    """The steps of one run inside its session: rollouts and dynamic sampling on the calling thread, updates
+    through an :class:`UpdatePipeline`, evaluation and step completion."""
+
+    def __init__(self, exp: Experiment, session: RolloutSession, trainer: TrainerBackend, taskset: TaskSet,
+                 evalset: TaskSet | None, log: MetricsLog, say: Say, served: int) -> None:
+        self.exp, self.session, self.trainer, self.taskset, self.evalset = exp, session, trainer, taskset, evalset
+        self.log, self.say = log, say
+        self.checkpoints = session.run_dir / "checkpoints"
+        self.pending: dict[int, dict[str, Any]] = {}
+        self.last_eval: dict[str, Any] = {}
+        self.pipeline: UpdatePipeline[Update] = UpdatePipeline(self.update, exp.trainer.max_staleness, served, say)
+
+    # ------------------------------------------------------------------ main thread
+    def run(self, start: int) -> None:
+        exp, bound = self.exp, self.exp.trainer.max_staleness
+        try:
+            for step in range(start, exp.trainer.steps):
+                waited = time.monotonic()
+                self.pipeline.wait_served(step - bound)
+                update = self.rollouts(step, waited)
+                self.pipeline.submit(update)
+                if eval_due(step + 1, exp.trainer.eval_every, exp.trainer.steps):
+                    # the evaluation sees exactly this step's weights: no later update runs meanwhile
+                    self.pipeline.drain()
+                    self.complete(step + 1, self.pending.pop(step + 1), evaluate=True)
+            self.pipeline.drain()
+            self.pipeline.close()
+        except BaseException:
+            self.pipeline.stop()
+            raise
+
+    def rollouts(self, step: int, waited: float) -> Update:
+        """Run the step's groups (and refills), check the records' staleness, pick the rollouts to train on."""
+        from forge_cli.train.dynamic import sample_step
+        from forge_cli.train.step import check_policy_server
+
+        exp, session = self.exp, self.session
+        t0 = time.monotonic()
+        tasks = task_order(self.taskset.tasks, exp.run.seed, step, exp.trainer.tasks_per_step)
+        progress = _progress(self.say, step, exp.trainer.steps)
+        jobs, results, selection = sample_step(
+            exp, self.taskset.tasks, tasks, step, session.run_id, session.incarnation,
+            run=lambda batch: session.run(batch, on_result=progress),
+            make_jobs=lambda picked: session.jobs(picked, exp.algo.group_size, step=step), say=self.say)
+        t1 = time.monotonic()
+        # the policy server gone mid-step: stop with the resume command, train nothing of this step
+        check_policy_server(session.upstream, results, session.run_dir, step)
+        ids = {j.rollout_id for j in jobs}
+        rollouts = [r for r in read_run(session.run_dir, step=step) if r.result.rollout_id in ids]
+        kept = set(selection.kept)
+        metrics = {**rollout_metrics(results), **selection.metrics(),
+                   **staleness(rollouts, step, exp.trainer.max_staleness),
+                   "rollout_s": t1 - t0, "wait_s": t0 - waited}
+        metrics["rollout_tokens_per_s"] = metrics["rollout_completion_tokens"] / max(t1 - t0, 1e-9)
+        return Update(step, [r for r in rollouts if r.result.group_id in kept], metrics, t0)
+
+    # ------------------------------------------------------------------ the update (worker or inline)
+    def update(self, u: Update) -> int:
+        """Train on the step, save and serve its checkpoint; complete the step unless its evaluation is due (the
+        main thread does that). Returns the version now served."""
+        from forge_cli.train.step import train_on_step
+
+        t1 = time.monotonic()
+        metrics = {**u.metrics, **train_on_step(self.trainer, u.rollouts, self.exp)}
+        t2 = time.monotonic()
+        k = u.step + 1
+        ckpt = self.checkpoints / f"step-{k}"
+        self.trainer.save(ckpt)
+        metrics["train_s"] = t2 - t1
+        (ckpt / PENDING_FILE).write_text(json.dumps(metrics) + "\n")
+        metrics["weight_version"] = _serve(self.session, ckpt, self.say, f"step-{k}")
+        t3 = time.monotonic()
+        metrics.update({"sync_s": t3 - t2, "step_s": t3 - u.started})
+        if eval_due(k, self.exp.trainer.eval_every, self.exp.trainer.steps):
+            self.pending[k] = metrics
+        else:
+            self.complete(k, metrics, evaluate=False)
+        return k
+
+    def complete(self, k: int, metrics: dict[str, Any], *, evaluate: bool) -> None:
+        """Step ``k`` (1-based) is done once its metrics are in its checkpoint; the log line follows (a resume
+        restores a line lost in between from there)."""
+        if evaluate and self.evalset is not None:
+            self.last_eval = run_evaluation(self.session, self.exp, self.evalset, k, self.say)
+            metrics = {**metrics, **self.last_eval}
+        ckpt = self.checkpoints / f"step-{k}"
+        (ckpt / METRICS_FILE).write_text(json.dumps({"step": k, **metrics}) + "\n")
+        self.log.write(k, metrics)
+        _prune(self.checkpoints, self.exp.trainer.keep_checkpoints, self.exp.trainer.save_every)
+        self.say(step_line(k, self.exp.trainer.steps, metrics))
+
+    def resume_pending(self, ckpt: Path) -> None:
+        """A checkpoint saved by an update whose step did not complete: serve it, evaluate when due, complete it."""
+        k = checkpoint_step(ckpt)
+        metrics = json.loads((ckpt / PENDING_FILE).read_text())
+        t0 = time.monotonic()
+        metrics["weight_version"] = _serve(self.session, ckpt, self.say, f"step-{k}")
+        metrics["sync_s"] = time.monotonic() - t0
+        self.say(f"completing step {k} from its checkpoint")
+        self.complete(k, metrics, evaluate=eval_due(k, self.exp.trainer.eval_every, self.exp.trainer.steps))
+
+
+def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Path | None = None) -> dict[str, Any]:
+    """Train for ``trainer.steps`` steps (or the rest of them, resuming); returns the run's summary."""
+    from forge_cli.train.backend import backend_class
+
+    taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose="train")
+    evalset = eval_taskset(exp, taskset)
+    backend_cls = backend_class(exp.trainer.kind)
+    model_dir = model_directory(exp)
+    session = RolloutSession(exp, data, _with_tasks(taskset, evalset), say, run_dir=resume)
+    checkpoints = session.run_dir / "checkpoints"
+    last = resume_point(checkpoints) if resume else None
+    trainer = backend_cls(model_dir, exp.trainer, exp.algo, device=getattr(exp.model, "device", "cpu"),
+                          seed=exp.run.seed)
+    start = 0
+    if last is not None:
+        trainer.load(last)
+        start = checkpoint_step(last)
+        say(f"resuming after step {start} from {last}")
+    elif resume:
+        say("no checkpoint yet: starting from step 0")
+    pending = last is not None and not (last / METRICS_FILE).is_file()
+    started = time.monotonic()
+    with session:
+        restore = {checkpoint_step(p): (p / METRICS_FILE).read_text() for p in iter_checkpoints(checkpoints)
+                   if (p / METRICS_FILE).is_file()}
+        metrics_log = MetricsLog(session.run_dir, start - int(pending) if resume else None, restore)
+        loop = StepLoop(exp, session, trainer, taskset, evalset, metrics_log, say, served=start)
+        try:
+            if last is not None and pending:
+                loop.resume_pending(last)
+            elif last is not None:
+                _serve(session, last, say, f"step-{start}")
+            loop.run(start)
+        finally:
+            metrics_log.close()
+    summary = {"run_id": session.run_id, "run_dir": str(session.run_dir), "steps": exp.trainer.steps,
+               "metrics": str(session.run_dir / "metrics.jsonl"),
+               "tensorboard": str(session.run_dir / "tensorboard"),
+               "checkpoints": [str(p) for p in iter_checkpoints(checkpoints)],
+               "duration_s": round(time.monotonic() - started, 1), **loop.last_eval}
+    (session.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _with_tasks(taskset: TaskSet, evalset: TaskSet | None) -> TaskSet:
+    """The training tasks plus the evaluation's (the session builds images and starts a tool server for all)."""
+    if evalset is None:
+        return taskset
+    known = {t.id for t in taskset.tasks}
+    extra = [t for t in evalset.tasks if t.id not in known]
+    return TaskSet(tasks=[*taskset.tasks, *extra], split=taskset.split, note=taskset.note, source=taskset.source)
+
+
+def _progress(say: Say, step: int, steps: int) -> Callable[[RolloutResult, int, int], None]:
+    """One line per finished rollout (visible when the output is not a terminal too)."""
+
+    def line(result: RolloutResult, done: int, total: int) -> None:
+        reward = "-" if result.reward is None else f"{result.reward:g}"
+        say(f"step {step + 1}/{steps}: {done}/{total} {result.task_id}: {result.status} reward {reward}")
+
+    return line
+
+
+def _serve(session: RolloutSession, checkpoint: Path, say: Say, version: str) -> str:
+    """The policy server reloads ``checkpoint`` while the proxy holds new calls; later records carry ``version``.
+    A failed update (the server gone) stops the run with the resume command: the checkpoint is already saved."""
+    from forge_cli.serve.weights import update_weights
+    from forge_cli.train.step import policy_server_sync
+
+    proxy = session.proxy
+    proxy.pause()
+    try:
+        with policy_server_sync(session.upstream, session.run_dir, checkpoint_step(checkpoint)):
+            served = update_weights(session.upstream, checkpoint, version=version)
+        proxy.set_weight_version(served)
+    finally:
+        proxy.resume()
+    return served
+
+
+def _prune(root: Path, keep: int, every: int) -> None:
+    """Remove all but the newest ``keep`` checkpoints, except every ``every``-th step's."""
+    for old in list(iter_checkpoints(root))[:-keep]:
+        if every and checkpoint_step(old) % every == 0:
+            continue
+        shutil.rmtree(old, ignore_errors=True)
