@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -19,19 +20,16 @@ from typing import Any
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy.layers.http import _http1
 
-from forge_cli.proxy import auth, wire
+from forge_cli.proxy import auth, guard, wire
 from forge_cli.proxy.control import PREFIX as CONTROL_PREFIX
 from forge_cli.proxy.control import Control
 from forge_cli.proxy.metrics import Metrics
 from forge_cli.proxy.sink import RecordSink
-from forge_cli.proxy.state import Registry, Rollout
-from forge_cli.proxy.wire import anthropic, chat, gemini, responses
-from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared, anthropic_error, dumps, gemini_error, openai_error
+from forge_cli.proxy.state import Registry, Rollout, call_seed
+from forge_cli.proxy.wire import FORMATS
+from forge_cli.proxy.wire.base import BadRequest, ClientStream, Limits, Prepared, openai_error
 
 log = logging.getLogger("forge.proxy")
-MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic, "gemini": gemini}
-# formats whose clients read errors in their own shape (OpenAI's is the default)
-ERRORS: dict[str, Any] = {"anthropic": anthropic_error, "gemini": gemini_error}
 # request headers worth keeping in a record (session ids split sub-sessions inside a rollout)
 KEEP_HEADERS = frozenset({"user-agent", "traceparent", "session-id", "x-session-id", "x-claude-code-session-id",
                           "anthropic-version", "anthropic-beta", "openai-beta", "x-stainless-lang",
@@ -41,15 +39,13 @@ _REPLACED_HEADERS = frozenset(h.encode() for h in (*auth.CREDENTIAL_HEADERS, "ho
 CLIENT_GONE = ("Client disconnected", "Connection killed", "killed")
 
 
-def _error_body(fmt: str, status: int, message: str, kind: str) -> bytes:
-    return ERRORS.get(fmt, openai_error)(status, message, kind)
+_error_body = guard.error_body
 
 
 def _mitm_error_response(status_code: int, message: str = "") -> bytes:
-    """Replaces mitmproxy's HTML error page (upstream down, timeout, body too large, bad HTTP) with JSON
-    that both the OpenAI and the Anthropic SDKs read as an API error."""
-    body = dumps({"type": "error", "error": {"type": "api_error", "message": f"forge proxy: {message}",
-                                             "code": status_code}})
+    """Replaces mitmproxy's HTML error page (upstream down, timeout, body too large, bad HTTP) with JSON in every
+    client's error shape at once (no flow here to tell the format)."""
+    body = guard.error_body(None, status_code, message, "api_error")
     resp = http.Response.make(status_code, body, {"content-type": "application/json", "connection": "close"})
     return _http1.http1.assemble_response(resp)
 
@@ -70,6 +66,7 @@ class Call:
         "seq",
         "stream",
         "t_first_byte",
+        "t_last",
         "t_start",
         "timed_out",
         "timer",
@@ -90,10 +87,11 @@ class Call:
         self.upstream = ""
         self.version = ""
         self.stream = False
-        self.transformer: Any = None
+        self.transformer: ClientStream | None = None
         self.chunks: list[bytes] = []
         self.t_start = 0.0
         self.t_first_byte: float | None = None
+        self.t_last = 0.0  # last upstream bytes of a stream (its idle timeout)
         self.timer: asyncio.TimerHandle | None = None
         self.timed_out = False
         self.recorded = False
@@ -110,7 +108,9 @@ class ForgeProxy:
         self.limits = Limits()
         self.waiting: list[http.HTTPFlow] = []
         self.max_header_bytes = 65536
+        self.deadlines = guard.ClientDeadlines()
         self._probe: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     # -- options -------------------------------------------------------------------------------------
     def load(self, loader: Any) -> None:
@@ -119,9 +119,13 @@ class ForgeProxy:
         loader.add_option("forge_admin_token_file", str, "", "File holding the control API admin token.")
         loader.add_option("forge_max_output_tokens", int, 0, "Cap on requested output tokens (0: none).")
         loader.add_option("forge_model", str, "", "Model name forwarded upstream (empty: the client's).")
-        loader.add_option("forge_upstream_timeout", int, 900, "Seconds to wait for upstream response headers.")
+        loader.add_option("forge_upstream_timeout", int, 900, "Seconds to wait for upstream response headers, "
+                          "then for the rest of a JSON answer, then between a stream's chunks.")
+        loader.add_option("forge_client_timeout", int, 60, "Seconds a client may take to send one request whole "
+                          "(headers and body) once it starts; slower ones get 408 (slow-loris).")
         loader.add_option("forge_max_header_kb", int, 64, "Largest request header block accepted, in KiB.")
         loader.add_option("forge_weight_version", str, "0", "Initial weight version stamped on records.")
+        loader.add_option("forge_sampling", str, "", "JSON object of sampling parameters enforced on every call.")
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -130,16 +134,27 @@ class ForgeProxy:
             if not urls:
                 raise exceptions.OptionsError("forge_upstreams: at least one policy server URL is required")
             self.registry = Registry(urls)
-        if "forge_max_output_tokens" in updated or "forge_model" in updated:
+        if updated & {"forge_max_output_tokens", "forge_model", "forge_sampling"}:
             if opts.forge_max_output_tokens < 0:
                 raise exceptions.OptionsError("forge_max_output_tokens must be >= 0")
-            self.limits = Limits(max_output_tokens=opts.forge_max_output_tokens, model=opts.forge_model)
+            try:
+                sampling = json.loads(opts.forge_sampling) if opts.forge_sampling else {}
+            except json.JSONDecodeError as exc:
+                raise exceptions.OptionsError(f"forge_sampling is not JSON: {exc}") from None
+            if not isinstance(sampling, dict):
+                raise exceptions.OptionsError("forge_sampling must be a JSON object")
+            self.limits = Limits(max_output_tokens=opts.forge_max_output_tokens, model=opts.forge_model,
+                                 sampling=sampling)
         if "forge_max_header_kb" in updated:
             if opts.forge_max_header_kb <= 0:
                 raise exceptions.OptionsError("forge_max_header_kb must be > 0")
             self.max_header_bytes = opts.forge_max_header_kb * 1024
         if "forge_upstream_timeout" in updated and opts.forge_upstream_timeout <= 0:
             raise exceptions.OptionsError("forge_upstream_timeout must be > 0")
+        if "forge_client_timeout" in updated:
+            if opts.forge_client_timeout <= 0:
+                raise exceptions.OptionsError("forge_client_timeout must be > 0")
+            self.deadlines.timeout = float(opts.forge_client_timeout)
         if "forge_weight_version" in updated:
             self.registry.weight_version = opts.forge_weight_version
         if "forge_store" in updated or "forge_admin_token_file" in updated:
@@ -159,17 +174,27 @@ class ForgeProxy:
 
     def running(self) -> None:
         self._probe = asyncio.get_running_loop().create_task(self._probe_upstreams())
+        self._watch = asyncio.get_running_loop().create_task(self.deadlines.watch())
 
     def done(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
+        for task in (self._probe, self._watch):
+            if task is not None:
+                task.cancel()
         if self.sink is not None:
             self.sink.close()
 
     # -- hooks ---------------------------------------------------------------------------------------
+    def client_connected(self, client: Any) -> None:
+        proxyserver = ctx.master.addons.get("proxyserver")
+        self.deadlines.connected(client.id, proxyserver.connections.get(client.id) if proxyserver else None)
+
+    def client_disconnected(self, client: Any) -> None:
+        self.deadlines.disconnected(client.id)
+
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         """Route and authenticate before the body is read; rejections are answered in ``request``."""
         path = flow.request.path
+        self.deadlines.headers(flow.client_conn.id, wire.format_for_path(path.partition("/r/")[2] or path))
         if path.startswith(CONTROL_PREFIX):
             flow.metadata["forge_control"] = True
             return
@@ -192,6 +217,7 @@ class ForgeProxy:
             call.reject = (401, "unauthorized", "missing or wrong API key for this rollout")
 
     def request(self, flow: http.HTTPFlow) -> None:
+        self.deadlines.read(flow.client_conn.id)
         if flow.metadata.get("forge_control"):
             self._control(flow)
             return
@@ -215,17 +241,32 @@ class ForgeProxy:
         if "json" not in req.headers.get("content-type", "").lower():
             self._reject(flow, call, 415, "content_type", "content-type must be application/json")
             return
-        call.fmt, upstream_path = target
+        call.fmt, upstream_path = target.name, target.upstream_path
         body = req.raw_content or b""
         if req.headers.get("content-encoding"):
-            body = req.content or b""
+            try:
+                body = req.content or b""
+            except ValueError:
+                self._reject(flow, call, 400, "bad_request", "request body does not decode as its content-encoding "
+                             f"{req.headers['content-encoding']!r} says")
+                return
             req.headers.pop("content-encoding")
+        limits = self.limits
+        if call.rollout is not None and (call.rollout.sampling or "seed" in limits.sampling):
+            # the rollout's own sampling over the proxy's; a seed becomes this call's own (call_seed)
+            sampling = {**limits.sampling, **call.rollout.sampling}
+            if "seed" in sampling:
+                sampling["seed"] = call_seed(int(sampling["seed"]), call.rollout, call.rollout.next_seq)
+            limits = dataclasses.replace(limits, sampling=sampling)
         try:
-            module = MODULES[call.fmt]  # Gemini's model and method are in the path
-            call.prep = (module.prepare(body, self.limits, call.path) if call.fmt == "gemini"
-                         else module.prepare(body, self.limits))
+            call.prep = target.prepare(body, limits, call.path)
         except BadRequest as exc:
             self._reject(flow, call, exc.status, "bad_request", exc.message)
+            return
+        except Exception as exc:  # wrong types deep inside (a string where parts go, nesting past recursion): 400
+            log.debug("request rejected", exc_info=True)
+            self._reject(flow, call, 400, "bad_request", f"request does not have the shape of a {call.fmt} request: "
+                         f"{type(exc).__name__}: {str(exc)[:200]}")
             return
         call.request = body
         call.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in req.headers.fields
@@ -245,42 +286,59 @@ class ForgeProxy:
         call: Call | None = flow.metadata.get("forge")
         if call is None or call.prep is None or flow.response is None:
             return
-        if call.timer is not None:
-            call.timer.cancel()
-        call.t_first_byte = time.time()
+        call.t_first_byte = call.t_last = time.time()  # the timer now waits for the body (a stream: each chunk)
         resp = flow.response
         if resp.status_code == 200 and "text/event-stream" in resp.headers.get("content-type", ""):
             call.stream = True
-            call.transformer = MODULES[call.fmt].ClientStream(call.prep)
+            call.transformer = FORMATS[call.fmt].client_stream(call.prep)
             if "content-length" in resp.headers:
                 del resp.headers["content-length"]
                 resp.headers["transfer-encoding"] = "chunked"
             resp.stream = self._streamer(call)
 
     def response(self, flow: http.HTTPFlow) -> None:
+        self.deadlines.answered(flow.client_conn.id)
         call: Call | None = flow.metadata.get("forge")
         if call is None or call.prep is None or flow.response is None or call.recorded:
             return
+        if call.timer is not None:
+            call.timer.cancel()
         resp = flow.response
         if call.stream:
             self._record(call, "incomplete", "stream ended before its terminal event", resp.status_code)
             return
-        raw = resp.content or b""
+        try:
+            raw = resp.content or b""
+        except ValueError:  # an encoding that does not decode: judged as the bytes it is
+            raw = resp.raw_content or b""
         if resp.status_code < 400:
-            resp.content = MODULES[call.fmt].client_body(raw, call.prep)
-            self._record(call, "ok", None, resp.status_code, raw)
+            problem = guard.answer_problem(resp.status_code, resp.headers.get("content-type", ""), raw)
+            if problem is None:
+                try:
+                    resp.content = FORMATS[call.fmt].client_body(raw, call.prep)
+                except Exception as exc:  # a chat completion with wrong types inside: not translatable
+                    problem = f"upstream answer is not a valid chat completion: {type(exc).__name__}: {exc}"[:300]
+            if problem is None:
+                self._record(call, "ok", None, resp.status_code, raw)
+                return
+            client = _error_body(call.fmt, 502, problem, "bad_gateway")
+            flow.response = http.Response.make(502, client, {"content-type": "application/json"})
+            self.metrics.error("upstream_bad_answer")
+            self._record(call, "upstream_error", problem, 502, raw, client_response=client)
         else:
             client = raw
-            if call.fmt in ERRORS:
-                client = _error_body(call.fmt, resp.status_code, _upstream_message(raw), "upstream_error")
+            # another format's shape, HTML, FastAPI's {"detail": ...}: reshaped
+            if FORMATS[call.fmt].reshapes_errors or not guard.openai_shaped(raw):
+                client = _error_body(call.fmt, resp.status_code, guard.upstream_message(raw), "upstream_error")
                 resp.content = client
                 resp.headers["content-type"] = "application/json"
             self.metrics.error("upstream_4xx" if resp.status_code < 500 else "upstream_5xx")
-            self._record(call, "upstream_error", f"upstream answered {resp.status_code}: {_upstream_message(raw)}",
-                         resp.status_code, raw, client_response=client)
+            message = f"upstream answered {resp.status_code}: {guard.upstream_message(raw)}"
+            self._record(call, "upstream_error", message, resp.status_code, raw, client_response=client)
 
     def error(self, flow: http.HTTPFlow) -> None:
         """Connection-level failures; for streams this can arrive instead of ``response`` (Codex closes early)."""
+        self.deadlines.answered(flow.client_conn.id)
         message = flow.error.msg if flow.error else "unknown error"
         call: Call | None = flow.metadata.get("forge")
         if "body_size_limit" in message:
@@ -302,7 +360,13 @@ class ForgeProxy:
             kind = "upstream_timeout" if call.timed_out else "upstream_error"
             self.metrics.error(kind)
             error = f"upstream timed out after {ctx.options.forge_upstream_timeout:g}s" if call.timed_out else message
-            self._record(call, "upstream_error", error, flow.response.status_code if flow.response else 502)
+            if call.stream and call.transformer is not None:  # the client has a 200 stream: end it in error
+                self._record(call, "upstream_error", error, 200)
+                handler = self._handler(flow)
+                guard.end_stream(handler.transports.get(flow.client_conn) if handler else None, flow.response,
+                                 call.transformer.fail(f"forge proxy: {error}"))
+            else:  # nothing sent to the client yet: mitmproxy answers 502
+                self._record(call, "upstream_error", error, 502)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _forward(self, flow: http.HTTPFlow, call: Call, upstream_path: str, record: bool = True) -> None:
@@ -325,18 +389,18 @@ class ForgeProxy:
         call.timer = asyncio.get_running_loop().call_later(ctx.options.forge_upstream_timeout, self._timeout, flow)
 
     def _streamer(self, call: Call) -> Any:
-        chunks = call.chunks
-        transformer = call.transformer
+        def record(status: str, error: str | None) -> None:
+            if status != "ok":
+                self.metrics.error("upstream_bad_stream")
+            self._record(call, status, error, 200)
 
-        def on_chunk(data: bytes) -> list[bytes]:
-            if data:
-                chunks.append(data)
-            out = transformer.feed(data)
-            if transformer.done and not call.recorded:
-                self._record(call, "ok", None, 200)  # durable before the terminal event reaches the client
-            return [out] if out else []
+        return guard.streamer(call, record)
 
-        return on_chunk
+    @staticmethod
+    def _handler(flow: http.HTTPFlow) -> Any:
+        """mitmproxy's handler of the flow's client connection (its transports), if still there."""
+        proxyserver = ctx.master.addons.get("proxyserver")
+        return proxyserver.connections.get(flow.client_conn.id) if proxyserver else None
 
     def _record(self, call: Call, status: str, error: str | None, http_status: int | None,
                 raw: bytes | None = None, client_response: bytes | None = None) -> None:
@@ -373,13 +437,18 @@ class ForgeProxy:
                                            {"content-type": "application/json"})
 
     def _timeout(self, flow: http.HTTPFlow) -> None:
-        """No response headers in time: close the upstream connection; mitmproxy then answers 502 (JSON)."""
+        """No response headers, no whole JSON body or no stream chunk in time: close the upstream connection;
+        mitmproxy then answers 502 (JSON), or ``error`` ends the client's stream with an error event."""
         call: Call | None = flow.metadata.get("forge")
-        if call is None or flow.response is not None or call.recorded:
+        if call is None or call.recorded:
+            return
+        limit = ctx.options.forge_upstream_timeout
+        waited = time.time() - (call.t_last or call.t_start)
+        if call.t_last and waited < limit:  # a stream's chunk or the headers came since: wait on from there
+            call.timer = asyncio.get_running_loop().call_later(limit - waited, self._timeout, flow)
             return
         call.timed_out = True
-        proxyserver = ctx.master.addons.get("proxyserver")
-        handler = proxyserver.connections.get(flow.client_conn.id) if proxyserver else None
+        handler = self._handler(flow)
         io = handler.transports.get(flow.server_conn) if handler else None
         if io is not None and io.writer is not None:
             io.writer.close()
@@ -422,18 +491,3 @@ class ForgeProxy:
                     _, writer = await asyncio.wait_for(asyncio.open_connection(upstream.host, upstream.port), 2.0)
                     writer.close()
                     upstream.healthy = True
-
-
-def _upstream_message(raw: bytes) -> str:
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return raw[:300].decode("utf-8", "replace")
-    if isinstance(obj, dict):
-        err = obj.get("error", obj)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if obj.get("message"):
-            return str(obj["message"])
-    return raw[:300].decode("utf-8", "replace")
-

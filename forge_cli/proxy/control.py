@@ -1,6 +1,8 @@
 """The control API under ``/forge/v1/`` (same port as the proxy, admin token required except for health).
 
-POST /forge/v1/rollouts                  {"rollout_id"?, "task"?, "group_id"?, "harness"?, "meta"?} -> id + key
+POST /forge/v1/rollouts                  {"rollout_id"?, "task"?, "group_id"?, "harness"?, "meta"?, "sampling"?}
+                                         -> id + key ("sampling": fields such as temperature enforced on this
+                                         rollout's calls over the proxy's own forge_sampling)
 POST /forge/v1/rollouts/<id>/finish      {"status"?} -> the rollout, once all its records are committed
 GET  /forge/v1/rollouts                  registered rollouts (this proxy run)
 GET  /forge/v1/rollouts/<id>/calls       the rollout's CallRecords from the store

@@ -7,11 +7,15 @@ pause/resume, weight version, stop). ``forge proxy``, ``forge rollout`` and the 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +23,60 @@ from typing import Any
 
 from forge_cli.errors import UserError
 from forge_cli.paths import env_dir, forge_home
+from forge_cli.procs import die_with_parent
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# forge's package, wherever it is installed (a checkout, or site-packages from a wheel)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# the subpackages the mitmproxy child imports (main.py, the addon, the store writer); stdlib + mitmproxy only
+CHILD_SUBPACKAGES = ("proxy", "traces")
 
 
 def mitmdump_path() -> Path:
     """mitmdump from forge's mitmproxy environment (``scripts/setup.sh mitmproxy`` builds it)."""
     return env_dir("mitmproxy") / "bin" / "mitmdump"
+
+
+def child_import_root() -> Path:
+    """The mitmproxy child's only import path from forge: a directory holding just ``forge_cli/__init__.py``
+    and the ``proxy`` and ``traces`` subpackages, as symlinks into this installation.
+
+    Putting the package's parent directory on the child's ``PYTHONPATH`` would, for a wheel install, put
+    forge's whole site-packages ahead of mitmproxy's own pinned dependencies (h11) — the conflict that the
+    child's separate environment exists to avoid. Built once per installation under
+    ``$FORGE_HOME/cache/proxy-import/`` (atomically: concurrent launches share it).
+    """
+    key = hashlib.sha256(str(PACKAGE_DIR).encode()).hexdigest()[:16]
+    root = forge_home() / "cache" / "proxy-import" / key
+    if _import_root_ok(root):
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root.parent))
+    try:
+        pkg = tmp / "forge_cli"
+        pkg.mkdir()
+        (pkg / "__init__.py").symlink_to(PACKAGE_DIR / "__init__.py")
+        for name in CHILD_SUBPACKAGES:
+            (pkg / name).symlink_to(PACKAGE_DIR / name, target_is_directory=True)
+        if root.exists() or root.is_symlink():  # stale (forge moved, or a partial copy): replace it
+            shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another launch won the race: use its (identical) directory
+            tmp.rename(root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not _import_root_ok(root):
+        raise UserError(f"cannot prepare the proxy's import path at {root}",
+                        fix=f"check that {root.parent} is writable (or set FORGE_HOME)")
+    return root
+
+
+def _import_root_ok(root: Path) -> bool:
+    pkg = root / "forge_cli"
+    try:
+        entries = {p.name for p in pkg.iterdir()} - {"__pycache__"}
+        return entries == {"__init__.py", *CHILD_SUBPACKAGES} and all(
+            (pkg / name).resolve() == PACKAGE_DIR / name for name in ("__init__.py", *CHILD_SUBPACKAGES))
+    except OSError:
+        return False
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -132,23 +183,36 @@ def start_proxy(
     upstream_timeout_s: float = 900.0,
     max_header_kb: int = 64,
     weight_version: str = "0",
+    sampling: dict[str, Any] | None = None,
     ready_timeout_s: float = 30.0,
     extra_args: list[str] | None = None,
 ) -> ProxyHandle:
     """Run mitmdump in reverse mode with forge's addon, bound to ``host`` (loopback), and wait until it serves.
 
-    ``max_output_tokens=None`` reads the first upstream's context length from ``/v1/models``.
+    ``max_output_tokens=None`` reads the first upstream's context length from ``/v1/models``. ``sampling`` (e.g.
+    ``{"temperature": 0.3}``) replaces the harness's sampling parameters on every call.
     """
-    urls = [u.strip() for u in (upstreams.split(",") if isinstance(upstreams, str) else upstreams) if u.strip()]
-    if not urls:
-        raise UserError("no upstream policy server given", fix="pass --upstream http://127.0.0.1:8000[,URL...]")
+    from forge_cli.config.schema import upstream_urls
+
+    try:  # the user's input is checked here, before the child starts (its errors would be a traceback in its log)
+        urls = upstream_urls(upstreams if isinstance(upstreams, str) else ",".join(upstreams))
+    except ValueError as exc:
+        raise UserError(f"upstream: {exc}", fix="pass --upstream http://127.0.0.1:8000[,URL...]", exit_code=2) from None
     mitmdump = mitmdump_path()
     if not mitmdump.exists():
         raise UserError(f"mitmdump not found at {mitmdump}", fix="run: scripts/setup.sh mitmproxy")
-    port = port or free_port(host)
+    try:
+        port = port or free_port(host)
+    except OSError as exc:
+        raise UserError(f"the proxy cannot listen on {host!r}: {exc.strerror or exc}",
+                        fix="bind a local address, e.g. 127.0.0.1", exit_code=2) from None
     run_dir = forge_home() / "proxy" / f"{time.strftime('%Y%m%d-%H%M%S')}-{port}"
     store_path = Path(store).expanduser().resolve() if store else run_dir / "traces.sqlite"
-    store_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"trace store {store_path}: cannot create its directory ({exc.strerror or exc})",
+                        fix="give a path in a writable directory", exit_code=2 if store else 1) from None
     token = secrets.token_urlsafe(32)
     token_file = store_path.with_name(store_path.name + f".{port}.admin-token")
     token_file.touch(mode=0o600)
@@ -168,17 +232,25 @@ def start_proxy(
         "forge_upstream_timeout": str(max(1, round(upstream_timeout_s))),
         "forge_max_header_kb": str(max_header_kb),
         "forge_weight_version": weight_version,
+        "forge_sampling": json.dumps(sampling or {}, separators=(",", ":")),
     }
     cmd = [str(mitmdump.with_name("python")), "-m", "forge_cli.proxy.main",
            "--mode", f"reverse:{urls[0]}@{host}:{port}"]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     cmd += extra_args or []
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT)
+    # forge's proxy-side packages and nothing else of this environment; the working directory is that same
+    # directory too (``python -m`` puts it first on sys.path)
+    import_root = child_import_root()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")}
+    env["PYTHONPATH"] = str(import_root)
+    env["PYTHONNOUSERSITE"] = "1"
+    if env.get("FORGE_PROXY_PROFILE"):  # main.py's profile output, relative to the caller's directory, not the child's
+        env["FORGE_PROXY_PROFILE"] = os.path.abspath(env["FORGE_PROXY_PROFILE"])
     with open(log_file, "ab") as log:
+        # SIGTERM when forge dies (kill -9 included): the proxy stops cleanly, its writer flushes every record
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                   cwd=str(REPO_ROOT))
+                                   cwd=str(import_root), preexec_fn=die_with_parent())
     handle = ProxyHandle(url=f"http://{host}:{port}", admin_token=token, store=store_path, token_file=token_file,
                          log_file=log_file, process=process, upstreams=urls)
     _wait_ready(handle, ready_timeout_s)

@@ -14,7 +14,9 @@ from typing import Any
 
 from forge_cli.traces import frames
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# the directory ``forge_cli`` was imported from, symlinks not followed: in the proxy child, the launcher's
+# import root that holds only forge's proxy-side packages (``launcher.child_import_root``); in a checkout, its root
+IMPORT_ROOT = Path(os.path.abspath(__file__)).parents[2]
 
 
 class RecordSink:
@@ -26,10 +28,10 @@ class RecordSink:
 
     def __init__(self, store_path: str, python: str | None = None) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = str(IMPORT_ROOT)  # the writer imports forge_cli.traces and forge_cli.proxy.wire only
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "forge_cli.traces.writer", store_path],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=str(REPO_ROOT),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=str(IMPORT_ROOT),
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._fd = self.proc.stdin.fileno()

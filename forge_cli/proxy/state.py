@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -11,6 +12,32 @@ from urllib.parse import urlsplit
 from forge_cli.proxy import auth
 
 ROLLOUT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# request fields a rollout's registration may set over the proxy's sampling (``forge_sampling``)
+SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+                           "repetition_penalty"})
+
+
+def rollout_sampling(value: Any) -> dict[str, Any]:
+    """A registration's ``sampling`` (None: none): a JSON object of numeric sampling fields, else ValueError."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("sampling: must be a JSON object such as {\"temperature\": 0.0}")
+    unknown = sorted(set(value) - SAMPLING_KEYS)
+    if unknown:
+        raise ValueError(f"sampling: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(SAMPLING_KEYS))})")
+    for key, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise ValueError(f"sampling.{key}: must be a number")
+    return dict(value)
+
+
+def call_seed(seed: int, rollout: Rollout, seq: int) -> int:
+    """The sampling seed of call ``seq`` of ``rollout`` under the run's ``seed``: the same for the same task, step,
+    sample and call number (so two evaluations of the same tasks draw alike), different for every other call."""
+    meta = rollout.meta or {}
+    key = f"{seed}:{rollout.task or rollout.rollout_id}:{meta.get('step')}:{meta.get('sample')}:{seq}"
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
 @dataclass(slots=True)
@@ -23,6 +50,8 @@ class Rollout:
     group_id: str | None = None
     harness: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # sampling fields enforced on this rollout's calls over the proxy's own (empty: the proxy's)
+    sampling: dict[str, Any] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
     finished: float | None = None
     status: str = "running"
@@ -34,8 +63,8 @@ class Rollout:
     def public(self) -> dict[str, Any]:
         """What the control API shows (never the key)."""
         return {"rollout_id": self.rollout_id, "task": self.task, "group_id": self.group_id, "harness": self.harness,
-                "meta": self.meta, "created": self.created, "finished": self.finished, "status": self.status,
-                "calls": self.calls, "failed_calls": self.failed}
+                "meta": self.meta, "sampling": self.sampling, "created": self.created, "finished": self.finished,
+                "status": self.status, "calls": self.calls, "failed_calls": self.failed}
 
 
 @dataclass(slots=True)
@@ -83,9 +112,11 @@ class Registry:
             raise ValueError("rollout_id: letters, digits and . _ : - only (at most 128)")
         if rid in self.rollouts and self.rollouts[rid].finished is None:
             raise KeyError(rid)
+        sampling = rollout_sampling(info.get("sampling"))
         key = auth.new_secret("fk-")
         rollout = Rollout(rollout_id=rid, key_digest=auth.digest(key), task=info.get("task"),
-                          group_id=info.get("group_id"), harness=info.get("harness"), meta=info.get("meta") or {})
+                          group_id=info.get("group_id"), harness=info.get("harness"), meta=info.get("meta") or {},
+                          sampling=sampling)
         self.rollouts[rid] = rollout
         return rollout, key
 

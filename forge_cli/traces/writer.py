@@ -16,11 +16,9 @@ import sys
 import time
 from typing import Any
 
-from forge_cli.proxy.wire import anthropic, chat, gemini, responses
+from forge_cli.proxy.wire import FORMATS
 from forge_cli.proxy.wire.base import Assembled, Prepared
 from forge_cli.traces import frames, store
-
-_MODULES: dict[str, Any] = {"chat": chat, "responses": responses, "anthropic": anthropic, "gemini": gemini}
 
 
 def _json_text(raw: bytes | None) -> str | None:
@@ -38,13 +36,39 @@ def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _bindable(value: Any) -> Any:
+    """A value SQLite can bind: anything else (a client's ``"model": [1]``, an upstream's ``"finish_reason": {}``)
+    as JSON text; one such value once made every later commit fail and the writer exit."""
+    if not (value is None or isinstance(value, int | float | str | bytes)):
+        value = _dump(value)
+    elif isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):  # beyond SQLite's INTEGER
+        value = str(value)
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in the client's JSON) cannot be bound either
+            value = value.encode("utf-8", "replace").decode()
+    return value
+
+
 def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
     """One ``calls`` row (``store.CALL_FIELDS`` order) from a call frame."""
+    values = _build_row(meta, blobs)
+    if values.keys() != _FIELDS:  # every column named once, none unknown: checked against the schema, not by order
+        raise ValueError(f"call row does not match the calls table: missing {sorted(_FIELDS - values.keys())}, "
+                         f"unknown {sorted(values.keys() - _FIELDS)}")
+    return tuple(_bindable(values[name]) for name in store.CALL_FIELDS)
+
+
+_FIELDS = frozenset(store.CALL_FIELDS)
+
+
+def _build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
     status: str = meta.get("status") or "ok"
     error: str | None = meta.get("error")
     prep = Prepared(body=b"", changed=True, wants_token_ids=bool(meta.get("wants_token_ids")),
                     wants_logprobs=bool(meta.get("wants_logprobs")))
-    module = _MODULES[meta["wire_format"]]
+    wire_format = FORMATS[meta["wire_format"]]
     upstream_body = blobs.get("response") or b""
     assembled: Assembled | None = None
     response_text: str | None = None
@@ -52,7 +76,7 @@ def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
         response_text = _json_text(blobs["client_response"])
     elif upstream_body:
         try:
-            assembled = module.assemble(upstream_body, bool(meta.get("stream")), prep)
+            assembled = wire_format.assemble(upstream_body, bool(meta.get("stream")), prep)
         except Exception as exc:  # a broken upstream answer is recorded, never fatal
             error = error or f"unparseable upstream answer: {exc}"
             status = "incomplete" if status == "ok" else status
@@ -66,18 +90,21 @@ def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
         model = assembled.response.get("model")
     prompt_ids = assembled.prompt_token_ids if assembled else None
     completion_ids = assembled.completion_token_ids if assembled else None
-    return (
-        meta["rollout_id"], meta["seq"], meta["wire_format"], meta.get("path"), model,
-        int(bool(meta.get("stream"))), status, error, meta.get("http_status"), meta.get("upstream"),
-        meta.get("weight_version"), _json_text(blobs.get("request")), _json_text(blobs.get("upstream_request")),
-        response_text, _dump(prompt_ids), _dump(completion_ids),
-        _dump(assembled.completion_logprobs if assembled else None),
-        assembled.finish_reason if assembled else None,
-        len(prompt_ids) if prompt_ids is not None else None,
-        len(completion_ids) if completion_ids is not None else None,
-        _dump(meta.get("headers")), meta.get("t_start"), meta.get("t_first_byte"), meta.get("t_end"),
-        len(blobs.get("request") or b""), len(upstream_body),
-    )
+    return {
+        "rollout_id": meta["rollout_id"], "seq": meta["seq"], "wire_format": meta["wire_format"],
+        "path": meta.get("path"), "model": model, "stream": int(bool(meta.get("stream"))), "status": status,
+        "error": error, "http_status": meta.get("http_status"), "upstream": meta.get("upstream"),
+        "weight_version": meta.get("weight_version"), "request": _json_text(blobs.get("request")),
+        "upstream_request": _json_text(blobs.get("upstream_request")), "response": response_text,
+        "prompt_token_ids": _dump(prompt_ids), "completion_token_ids": _dump(completion_ids),
+        "completion_logprobs": _dump(assembled.completion_logprobs if assembled else None),
+        "finish_reason": assembled.finish_reason if assembled else None,
+        "prompt_tokens": len(prompt_ids) if prompt_ids is not None else None,
+        "completion_tokens": len(completion_ids) if completion_ids is not None else None,
+        "headers": _dump(meta.get("headers")), "t_start": meta.get("t_start"),
+        "t_first_byte": meta.get("t_first_byte"), "t_end": meta.get("t_end"),
+        "request_bytes": len(blobs.get("request") or b""), "response_bytes": len(upstream_body),
+    }
 
 
 def apply(conn: Any, bodies: list[bytes]) -> int:

@@ -79,9 +79,9 @@ def test_traces_show_and_export(proxy: ProxyHandle, rollout: dict[str, Any], tmp
 
 def test_traces_errors_are_one_clear_message(tmp_path: Path) -> None:
     missing = _forge("traces", "ls", "--store", str(tmp_path / "nope.sqlite"))
-    assert missing.returncode == 1 and "no trace store" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "no trace store" in missing.stderr and "Traceback" not in missing.stderr
     bad = _forge("traces", "export", str(tmp_path / "x"), "-f", "csv", "--store", str(tmp_path / "nope.sqlite"))
-    assert bad.returncode == 1 and "unknown export format" in bad.stderr
+    assert bad.returncode == 2 and "unknown export format" in bad.stderr
     no_mitm = subprocess.run([*FORGE, "proxy", "--upstream", "http://127.0.0.1:1"], capture_output=True, text=True,
                              timeout=60, env={**os.environ, "FORGE_HOME": str(tmp_path)})
     assert no_mitm.returncode == 1 and "scripts/setup.sh mitmproxy" in no_mitm.stderr

@@ -45,7 +45,8 @@ def _chunks(out: bytes) -> list[dict[str, Any]]:
 
 def test_routes_and_error_shape_guess() -> None:
     for path in (STREAM, "/v1beta/models/policy:generateContent", "/v1/models/gemini-2.5-pro:generateContent"):
-        assert route(path) == ("gemini", "/v1/chat/completions")
+        found = route(path)
+        assert found is not None and (found.name, found.upstream_path) == ("gemini", "/v1/chat/completions")
     for path in ("/v1beta/models/policy:countTokens", "/v1beta/models", "/v1beta/models/policy:embedContent"):
         assert route(path) is None and format_for_path(path) == "gemini"
     assert format_for_path("/v1/chat/completions") == "chat" and format_for_path("/v1/messages") == "anthropic"

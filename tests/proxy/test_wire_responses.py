@@ -68,8 +68,9 @@ def _translate(raw: bytes, prep: Prepared = PLAIN, step: int = 0) -> tuple[respo
 
 
 def test_responses_routes_to_chat_completions() -> None:
-    assert route("/v1/responses") == ("responses", "/v1/chat/completions")
-    assert route("/responses?x=1") == ("responses", "/v1/chat/completions")
+    for path in ("/v1/responses", "/responses?x=1"):
+        found = route(path)
+        assert found is not None and (found.name, found.upstream_path) == ("responses", "/v1/chat/completions")
 
 
 def test_request_items_translate_to_chat_messages() -> None:

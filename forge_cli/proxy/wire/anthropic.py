@@ -12,7 +12,17 @@ import uuid
 from typing import Any
 
 from forge_cli.proxy.wire import chat, sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, load_object, translate_answer
+from forge_cli.proxy.wire.base import (
+    Assembled,
+    BadRequest,
+    Limits,
+    Prepared,
+    WireFormat,
+    anthropic_error,
+    load_object,
+    translate_answer,
+)
+from forge_cli.proxy.wire.decode import TranslatedStream
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "abort": "end_turn"}
@@ -127,7 +137,7 @@ def to_chat(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def prepare(body: bytes, limits: Limits) -> Prepared:
+def prepare(body: bytes, limits: Limits, path: str = "") -> Prepared:
     """Translate to Chat Completions with token capture; the client never sees the capture fields."""
     obj = load_object(body)
     if not isinstance(obj.get("messages"), list):
@@ -173,28 +183,20 @@ def client_body(upstream: bytes, prep: Prepared) -> bytes:
     return translate_answer(upstream, lambda obj: to_message(obj))
 
 
-class ClientStream:
+class ClientStream(TranslatedStream):
     """Chat Completion chunks in, Anthropic Messages events out, block by block."""
 
-    __slots__ = ("_block", "_block_kind", "_id", "_split", "_started", "_stop", "_tool_index", "_usage", "done")
+    __slots__ = ("_block", "_block_kind", "_tool_index")
 
     def __init__(self, prep: Prepared) -> None:
-        self._split = sse.SSESplitter()
-        self._started = False
+        super().__init__()
         self._block = -1
         self._block_kind: str | None = None
         self._tool_index: int | None = None
-        self._stop = "end_turn"
-        self._usage: Any = None
-        self._id = ""
-        self.done = False
 
-    def feed(self, chunk: bytes) -> bytes:
-        events = self._split.feed(chunk) if chunk else self._split.flush()
-        out: list[bytes] = []
-        for raw in events:
-            out.extend(self._event(raw))
-        return b"".join(out)
+    def fail(self, message: str) -> bytes:
+        """The event that ends the stream in error (the upstream's stream broke off)."""
+        return b"event: error\ndata: " + anthropic_error(502, message, "upstream_error") + b"\n\n"
 
     def _open(self, kind: str, block: dict[str, Any]) -> list[bytes]:
         out = self._close()
@@ -210,33 +212,34 @@ class ClientStream:
         self._block_kind = None
         return [sse.encode({"type": "content_block_stop", "index": self._block}, "content_block_stop")]
 
-    def _event(self, raw: bytes) -> list[bytes]:
-        if raw.startswith(b"data: [DONE]"):
-            return self._finish()
-        _, chunk = sse.event_json(raw)
-        if not isinstance(chunk, dict):
-            return []
+    def _event(self, chunk: dict[str, Any], out: list[bytes]) -> None:
+        out.extend(self._translate(chunk))
+
+    def _end(self, out: list[bytes]) -> None:
+        out.extend(self._finish())
+
+    def _translate(self, chunk: dict[str, Any]) -> list[bytes]:
+        if chunk.get("error"):  # vLLM reports a failure mid-stream as an error chunk before [DONE]
+            self.done = True
+            error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
+            return [b"event: error\ndata: " + anthropic_error(500, str(error.get("message") or "stream failed"),
+                                                              "upstream_error") + b"\n\n"]
         out: list[bytes] = []
-        if not self._started:
-            self._started = True
-            self._id = _message_id(chunk.get("id"))
+        if not self._chat.started:
             message: dict[str, Any] = {
-                "id": self._id, "type": "message", "role": "assistant", "model": chunk.get("model"),
+                "id": _message_id(chunk.get("id")), "type": "message", "role": "assistant", "model": chunk.get("model"),
                 "content": [], "stop_reason": None, "stop_sequence": None,
                 "usage": {"input_tokens": len(chunk.get("prompt_token_ids") or ()), "output_tokens": 0},
             }
             out.append(sse.encode({"type": "message_start", "message": message}, "message_start"))
-        if chunk.get("usage"):
-            self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
+        for delta in self._chat.absorb(chunk):
+            if delta.content:
                 if self._block_kind != "text":
                     out += self._open("text", {"type": "text", "text": ""})
                 out.append(sse.encode({"type": "content_block_delta", "index": self._block,
-                                       "delta": {"type": "text_delta", "text": delta["content"]}},
+                                       "delta": {"type": "text_delta", "text": delta.content}},
                                       "content_block_delta"))
-            for call in delta.get("tool_calls") or ():
+            for call in delta.tool_calls:
                 fn = call.get("function") or {}
                 index = call.get("index", 0)
                 if self._block_kind != "tool_use" or index != self._tool_index:
@@ -247,8 +250,6 @@ class ClientStream:
                     out.append(sse.encode({"type": "content_block_delta", "index": self._block,
                                            "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]}},
                                           "content_block_delta"))
-            if choice.get("finish_reason"):
-                self._stop = _STOP.get(choice["finish_reason"], "end_turn")
         return out
 
     def _finish(self) -> list[bytes]:
@@ -256,8 +257,9 @@ class ClientStream:
             return []
         self.done = True
         out = self._close()
-        usage = _usage(self._usage)
-        out.append(sse.encode({"type": "message_delta", "delta": {"stop_reason": self._stop, "stop_sequence": None},
+        usage = _usage(self._chat.usage)
+        stop = _STOP.get(self._chat.finish_reason, "end_turn") if self._chat.finish_reason else "end_turn"
+        out.append(sse.encode({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                "usage": {"output_tokens": usage["output_tokens"]}}, "message_delta"))
         out.append(sse.encode({"type": "message_stop"}, "message_stop"))
         return out
@@ -269,3 +271,7 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
     if isinstance(result.response, dict) and "choices" in result.response:
         result.response = to_message(result.response)
     return result
+
+
+FORMAT = WireFormat(name="anthropic", paths=("/v1/messages", "/messages"), prepare=prepare, client_body=client_body,
+                    client_stream=ClientStream, assemble=assemble, error=anthropic_error, reshapes_errors=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 class BadRequest(Exception):
@@ -19,10 +19,12 @@ class BadRequest(Exception):
 
 @dataclass(slots=True)
 class Limits:
-    """Request rewriting settings: ``max_output_tokens`` caps the client's output limit (0: no cap)."""
+    """Request rewriting settings: ``max_output_tokens`` caps the client's output limit (0: no cap); ``sampling``
+    (e.g. ``{"temperature": 0.3}``) replaces the client's sampling parameters on every call (empty: pass through)."""
 
     max_output_tokens: int = 0
     model: str = ""
+    sampling: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -116,3 +118,44 @@ def logprob(entry: dict[str, Any]) -> float:
     call keeps its token ids instead of failing to parse."""
     value = entry.get("logprob", 0.0)
     return float("nan") if value is None else float(value)
+
+
+class ClientStream(Protocol):
+    """A call's upstream Chat Completions SSE stream turned, chunk by chunk, into the client's stream."""
+
+    done: bool  # the stream's terminal event went through (what follows is dropped)
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The client's bytes for ``chunk`` of the upstream's stream; ``b""`` (its end) flushes what is held."""
+        ...
+
+    def fail(self, message: str) -> bytes:
+        """The event(s) that end the client's stream in error, in its format's shape (the upstream's stream broke
+        off: truncated, unreadable, stalled)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WireFormat:
+    """One wire format the proxy serves, registered in ``forge_cli.proxy.wire.registry.FORMATS`` (the addon and the
+    store writer look formats up there, by the name records carry in ``wire_format``).
+
+    Every format is served from the upstream's Chat Completions endpoint (``upstream_path``): ``prepare`` rewrites
+    the client's request into a Chat Completions request that asks for token ids and logprobs (``BadRequest`` for
+    one that cannot be served); ``client_body`` turns a non-streamed upstream answer into the client's answer,
+    ``client_stream`` makes the per-call transformer of a streamed one; ``assemble`` (in the writer process) turns
+    the upstream's bytes into the record: the client's view plus token ids, logprobs and finish reason; ``error``
+    is the format's error body. A new format is one module ending in its ``FORMAT = WireFormat(...)`` plus its line
+    in the registry.
+    """
+
+    name: str
+    paths: tuple[str, ...]  # client paths served (after ``/r/<id>``, no query, no trailing slash)
+    prepare: Callable[[bytes, Limits, str], Prepared]  # (body, limits, client path with query) -> upstream request
+    client_body: Callable[[bytes, Prepared], bytes]
+    client_stream: Callable[[Prepared], ClientStream]
+    assemble: Callable[[bytes, bool, Prepared], Assembled]  # (upstream bytes, streamed, prep) -> the record's part
+    error: Callable[[int, str, str], bytes]  # (status, message, kind) -> error body
+    reshapes_errors: bool  # upstream error bodies always rewritten into ``error``'s shape (they are OpenAI's)
+    matches: Callable[[str], bool] | None = None  # client paths served beyond ``paths`` (Gemini's model paths)
+    upstream_path: str = "/v1/chat/completions"

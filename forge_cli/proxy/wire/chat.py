@@ -7,7 +7,19 @@ import re
 from typing import Any
 
 from forge_cli.proxy.wire import sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, clamp, dumps, load_object, logprob
+from forge_cli.proxy.wire.base import (
+    Assembled,
+    BadRequest,
+    Limits,
+    Prepared,
+    WireFormat,
+    clamp,
+    dumps,
+    load_object,
+    logprob,
+    openai_error,
+)
+from forge_cli.proxy.wire.decode import ChatStreamDecoder
 
 # the top-level keys prepare() decides on, found in one scan of the bytes. An unescaped '"key":' can only be an
 # object key (inside JSON strings quotes are escaped), so one occurrence is the top-level key or a nested one with
@@ -33,7 +45,7 @@ def _scan_numbers(text: bytes) -> dict[str, int] | None:
     return found
 
 
-def prepare(body: bytes, limits: Limits) -> Prepared:
+def prepare(body: bytes, limits: Limits, path: str = "") -> Prepared:
     """Ask the upstream for prompt/completion token ids and logprobs; clamp output limits.
 
     The client's bytes are never re-serialised (50 KB bodies are common). Unless the client asked for
@@ -45,7 +57,7 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
     """
     text = body.strip()
     numbers = None
-    if not limits.model and text[:1] == b"{" and text[-1:] == b"}":
+    if not limits.model and not limits.sampling and text[:1] == b"{" and text[-1:] == b"}":
         numbers = _scan_numbers(text)
     if numbers is not None and numbers.get("n", 1) == 1:
         clamped = {k: clamp(v, limits.max_output_tokens) for k, v in numbers.items() if k != "n"}
@@ -69,6 +81,7 @@ def prepare(body: bytes, limits: Limits) -> Prepared:
         overrides["max_tokens"] = limits.max_output_tokens
     if limits.model and obj.get("model") != limits.model:
         overrides["model"] = limits.model
+    overrides.update(limits.sampling)
     head = text[:-1].rstrip()
     glue = b"" if head.endswith(b"{") else b","
     return Prepared(body=head + glue + dumps(overrides)[1:], changed=True, rewritten=len(overrides) > 2,
@@ -101,6 +114,7 @@ def prepare_object(obj: dict[str, Any], limits: Limits) -> Prepared:
         obj["max_tokens"] = limits.max_output_tokens
     if limits.model:
         obj["model"] = limits.model
+    obj.update(limits.sampling)
     stream = bool(obj.get("stream"))
     return Prepared(body=dumps(obj), changed=True, rewritten=True, wants_token_ids=wants_ids,
                     wants_logprobs=wants_logprobs, stream=stream, model=obj.get("model"))
@@ -148,10 +162,18 @@ class ClientStream:
         events = self._split.feed(chunk) if chunk else self._split.flush()
         return b"".join([self._event(e) for e in events])
 
+    def fail(self, message: str) -> bytes:
+        """The event that ends the stream in error (the upstream's stream broke off)."""
+        return b"data: " + openai_error(502, message, "upstream_error") + b"\n\n"
+
     def _event(self, raw: bytes) -> bytes:
         if raw.startswith(b"data: [DONE]"):
             self.done = True
             return raw + b"\n\n"
+        if raw.startswith(b"data:"):  # a cheap look, not a parse: garbage or a cut-off chunk is not passed on
+            data = raw[5:].strip()
+            if data[:1] != b"{" or data[-1:] != b"}":
+                raise ValueError(f"not a JSON chunk: {raw[:80]!r}")
         if self._strip and (b"token_ids" in raw or b'"logprobs":{' in raw):
             name, obj = sse.event_json(raw)
             if isinstance(obj, dict):
@@ -185,71 +207,22 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
 
 def assemble_stream(events: list[bytes], prep: Prepared) -> Assembled:
     """Chat chunks folded into one ``chat.completion`` object."""
-    head: dict[str, Any] = {}
-    content: list[str] = []
-    reasoning: list[str] = []
-    tools: dict[int, dict[str, Any]] = {}
-    token_ids: list[int] = []
-    logprob_entries: list[dict[str, Any]] = []
-    prompt_ids: list[int] | None = None
-    finish: str | None = None
-    usage: Any = None
-    done = False
-    for raw in events:
-        if raw.startswith(b"data: [DONE]"):
-            done = True
-            continue
-        _, chunk = sse.event_json(raw)
-        if not isinstance(chunk, dict):
-            continue
-        if not head:
-            head = {k: chunk.get(k) for k in ("id", "created", "model", "system_fingerprint")}
-        if chunk.get("prompt_token_ids") is not None:
-            prompt_ids = chunk["prompt_token_ids"]
-        if chunk.get("usage"):
-            usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                content.append(delta["content"])
-            for key in ("reasoning", "reasoning_content"):
-                if delta.get(key):
-                    reasoning.append(delta[key])
-            for call in delta.get("tool_calls") or ():
-                slot = tools.setdefault(call.get("index", len(tools)),
-                                        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-                if call.get("id"):
-                    slot["id"] = call["id"]
-                fn = call.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
-                if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
-            token_ids.extend(choice.get("token_ids") or ())
-            lp = choice.get("logprobs")
-            if isinstance(lp, dict):
-                logprob_entries.extend(lp.get("content") or ())
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) if content or not tools else None}
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
-    if tools:
-        message["tool_calls"] = [tools[i] for i in sorted(tools)]
-    choice_out: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish,
-                                  "logprobs": {"content": logprob_entries} if prep.wants_logprobs else None}
-    if prep.wants_token_ids:
-        choice_out["token_ids"] = token_ids
-    response: dict[str, Any] = {**head, "object": "chat.completion", "choices": [choice_out], "usage": usage}
-    if prep.wants_token_ids:
-        response["prompt_token_ids"] = prompt_ids
+    decoder = ChatStreamDecoder()
+    for chunk in decoder.events(events):
+        if chunk is not None:
+            decoder.absorb(chunk)
     result = Assembled(
-        response=response,
-        prompt_token_ids=prompt_ids,
-        completion_token_ids=token_ids,
-        completion_logprobs=[logprob(e) for e in logprob_entries],
-        finish_reason=finish,
-        complete=done,
+        response=decoder.completion(prep.wants_token_ids, prep.wants_logprobs),
+        prompt_token_ids=decoder.prompt_token_ids,
+        completion_token_ids=decoder.token_ids,
+        completion_logprobs=[logprob(e) for e in decoder.logprobs],
+        finish_reason=decoder.finish_reason,
+        complete=decoder.terminal,
     )
-    result.extra["usage"] = usage
+    result.extra["usage"] = decoder.usage
     return result
+
+
+FORMAT = WireFormat(name="chat", paths=("/v1/chat/completions", "/chat/completions"), prepare=prepare,
+                    client_body=client_body, client_stream=ClientStream, assemble=assemble, error=openai_error,
+                    reshapes_errors=False)

@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 from urllib.parse import unquote
 
-from forge_cli.proxy.wire import GEMINI_PATH, chat, sse
+from forge_cli.proxy.wire import chat, sse
 from forge_cli.proxy.wire.base import (
     Assembled,
     BadRequest,
     Limits,
     Prepared,
+    WireFormat,
     gemini_error,
     load_object,
     logprob,
     translate_answer,
 )
+from forge_cli.proxy.wire.decode import TranslatedStream
 
+# Gemini API model calls: the model and the method are in the path (/v1beta/models/<model>:<method>)
+GEMINI_PATH = re.compile(r"^/(?:v1beta|v1|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$")
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY",
            "abort": "OTHER"}
 _MODES = {"AUTO": "auto", "NONE": "none", "ANY": "required", "VALIDATED": "auto"}
@@ -305,88 +310,52 @@ def client_body(upstream: bytes, prep: Prepared) -> bytes:
     return translate_answer(upstream, lambda obj: to_response(obj, prep))
 
 
-class ClientStream:
+class ClientStream(TranslatedStream):
     """Chat Completion chunks in, ``data: <GenerateContentResponse>`` chunks out (Gemini's ``alt=sse``)."""
 
-    __slots__ = ("_calls", "_completion", "_error", "_finish", "_head", "_prep", "_prompt", "_split", "_usage",
-                 "done")
+    __slots__ = ("_prep",)
 
     def __init__(self, prep: Prepared) -> None:
+        super().__init__()  # streamed tool calls are kept in the decoder and sent whole at the end
         self._prep = prep
-        self._split = sse.SSESplitter()
-        self._head: dict[str, Any] = {}
-        self._calls: dict[int, dict[str, Any]] = {}  # streamed tool calls, sent whole at the end
-        self._finish: Any = None
-        self._usage: Any = None
-        self._error: Any = None
-        self._prompt = 0
-        self._completion = 0
-        self.done = False
 
-    def feed(self, chunk: bytes) -> bytes:
-        """Gemini chunks for ``chunk``; ``b""`` ends the stream."""
-        events = self._split.feed(chunk) if chunk else self._split.flush()
-        out: list[bytes] = []
-        for raw in events:
-            self._event(raw, out)
-        return b"".join(out)
+    def fail(self, message: str) -> bytes:
+        """The chunk that ends the stream in error (the upstream's stream broke off)."""
+        return b"data: " + gemini_error(502, message, "upstream_error") + b"\n\n"
 
     def _emit(self, out: list[bytes], candidate: dict[str, Any], usage: dict[str, int]) -> None:
-        out.append(sse.encode(_envelope(self._head, candidate, usage)))
+        out.append(sse.encode(_envelope(self._chat.head, candidate, usage)))
 
-    def _event(self, raw: bytes, out: list[bytes]) -> None:
-        if raw.startswith(b"data: [DONE]"):
-            self._end(out)
-            return
-        _, chunk = sse.event_json(raw)
-        if not isinstance(chunk, dict) or self.done:
-            return
-        if not self._head:
-            self._head = {"id": chunk.get("id"), "model": chunk.get("model")}
-        if chunk.get("error"):
-            self._error = chunk["error"]
-        if chunk.get("usage"):
-            self._usage = chunk["usage"]
-        if chunk.get("prompt_token_ids") is not None:
-            self._prompt = len(chunk["prompt_token_ids"])
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            self._completion += len(choice.get("token_ids") or ())
+    def _counts(self) -> tuple[int, int]:
+        return len(self._chat.prompt_token_ids or ()), len(self._chat.token_ids)
+
+    def _event(self, chunk: dict[str, Any], out: list[bytes]) -> None:
+        for delta in self._chat.absorb(chunk):
             parts: list[dict[str, Any]] = []
-            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-            if reasoning:
-                parts.append({"text": reasoning, "thought": True})
-            if delta.get("content"):
-                parts.append({"text": delta["content"]})
-            for call in delta.get("tool_calls") or ():
-                slot = self._calls.setdefault(call.get("index", len(self._calls)),
-                                              {"id": None, "function": {"name": "", "arguments": ""}})
-                fn = call.get("function") or {}
-                slot["id"] = slot["id"] or call.get("id")
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
+            if delta.reasoning:
+                parts.append({"text": delta.reasoning, "thought": True})
+            if delta.content:
+                parts.append({"text": delta.content})
             if parts:
                 candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-                lp = choice.get("logprobs")
-                if self._prep.wants_logprobs and isinstance(lp, dict):
-                    candidate["logprobsResult"] = _logprobs(lp.get("content") or [])
-                self._emit(out, candidate, _usage(None, self._prompt, self._completion))
+                if self._prep.wants_logprobs and delta.logprobs_sent:
+                    candidate["logprobsResult"] = _logprobs(delta.logprobs)
+                self._emit(out, candidate, _usage(None, *self._counts()))
 
     def _end(self, out: list[bytes]) -> None:
-        if self.done or not self._head:
+        if self.done or not self._chat.started:
             return
         self.done = True
-        if self._error is not None:  # vLLM reports a failure mid-stream as an error chunk before [DONE]
-            error: dict[str, Any] = self._error if isinstance(self._error, dict) else {"message": str(self._error)}
+        if self._chat.error is not None:  # vLLM reports a failure mid-stream as an error chunk before [DONE]
+            error: dict[str, Any] = (self._chat.error if isinstance(self._chat.error, dict)
+                                     else {"message": str(self._chat.error)})
             code = error["code"] if isinstance(error.get("code"), int) else 500
             out.append(b"data: " + gemini_error(code, str(error.get("message") or ""), "upstream_error") + b"\n\n")
             return
-        parts = [_call_part(self._calls[i]) for i in sorted(self._calls)] or [{"text": ""}]
+        parts = [_call_part(call) for call in self._chat.tool_calls()] or [{"text": ""}]
         candidate = {"content": {"role": "model", "parts": parts},
-                     "finishReason": _FINISH.get(self._finish or "stop", "OTHER"), "index": 0}
-        self._emit(out, candidate, _usage(self._usage, self._prompt, self._completion))
+                     "finishReason": _FINISH.get(self._chat.finish_reason or "stop", "OTHER"), "index": 0}
+        self._emit(out, candidate, _usage(self._chat.usage, *self._counts()))
 
 
 def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
@@ -397,3 +366,11 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
     if isinstance(result.response, dict) and "choices" in result.response:
         result.response = to_response(result.response, prep)
     return result
+
+
+def _matches(path: str) -> bool:
+    return ":" in path and GEMINI_PATH.match(path) is not None
+
+
+FORMAT = WireFormat(name="gemini", paths=(), prepare=prepare, client_body=client_body, client_stream=ClientStream,
+                    assemble=assemble, error=gemini_error, reshapes_errors=True, matches=_matches)

@@ -14,7 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from forge_cli.proxy.wire import chat, sse
-from forge_cli.proxy.wire.base import Assembled, BadRequest, Limits, Prepared, load_object, translate_answer
+from forge_cli.proxy.wire.base import (
+    Assembled,
+    BadRequest,
+    Limits,
+    Prepared,
+    WireFormat,
+    load_object,
+    openai_error,
+    translate_answer,
+)
+from forge_cli.proxy.wire.decode import TranslatedStream
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _TOOL_CALLS = ("function_call", "custom_tool_call")
@@ -169,7 +179,7 @@ def to_chat(obj: dict[str, Any], limits: Limits) -> dict[str, Any]:
     return out
 
 
-def prepare(body: bytes, limits: Limits) -> Prepared:
+def prepare(body: bytes, limits: Limits, path: str = "") -> Prepared:
     """Translate to Chat Completions with token capture; remember whether the client asked for logprobs
     (``include: ["message.output_text.logprobs"]``) or token ids (vLLM's ``enable_response_messages``)."""
     obj = load_object(body)
@@ -284,15 +294,15 @@ def client_body(upstream: bytes, prep: Prepared) -> bytes:
     return translate_answer(upstream, lambda obj: to_response(obj, prep))
 
 
-class ClientStream:
+class ClientStream(TranslatedStream):
     """Chat Completion chunks in, Responses events out: one output item open at a time, in output order."""
 
-    __slots__ = ("_base", "_calls", "_error", "_finish_reason", "_item", "_kind", "_lps", "_pieces", "_prep",
-                 "_prompt_ids", "_response", "_seq", "_split", "_token_ids", "_tool_index", "_usage", "done")
+    __slots__ = ("_base", "_calls", "_error", "_item", "_kind", "_lps", "_pieces", "_prep", "_response", "_seq",
+                 "_tool_index")
 
     def __init__(self, prep: Prepared) -> None:
+        super().__init__()
         self._prep = prep
-        self._split = sse.SSESplitter()
         self._seq = 0
         self._response: dict[str, Any] | None = None
         self._base = ""
@@ -302,20 +312,7 @@ class ClientStream:
         self._lps: list[dict[str, Any]] = []  # logprob entries of the open message's text
         self._tool_index: int | None = None
         self._calls = 0
-        self._finish_reason: Any = None
-        self._usage: Any = None
-        self._error: Any = None
-        self._prompt_ids: Any = None
-        self._token_ids: list[int] = []
-        self.done = False
-
-    def feed(self, chunk: bytes) -> bytes:
-        """Responses events for ``chunk``; ``b""`` ends the stream."""
-        events = self._split.feed(chunk) if chunk else self._split.flush()
-        out: list[bytes] = []
-        for raw in events:
-            self._event(raw, out)
-        return b"".join(out)
+        self._error: Any = None  # a mid-stream error chunk's, or the broken stream's (``fail``)
 
     def snapshot(self) -> dict[str, Any] | None:
         """The response as far as it got (finished items plus the open one); the final one once done."""
@@ -325,43 +322,39 @@ class ClientStream:
             return self._response
         return {**self._response, "output": [*self._response["output"], self._item]}
 
+    def fail(self, message: str) -> bytes:
+        """End the stream as failed (the upstream's stream broke off): ``response.failed``, or a lone ``error``
+        event before anything was generated."""
+        if self.done:
+            return b""
+        out: list[bytes] = []
+        if self._response is None:
+            self.done = True
+            self._emit(out, "error", {"code": "upstream_error", "message": message, "param": None})
+        else:
+            self._error = {"code": "upstream_error", "message": message}
+            self._end(out)
+        return b"".join(out)
+
     def _emit(self, out: list[bytes], kind: str, fields: dict[str, Any]) -> None:
         out.append(sse.encode({"type": kind, "sequence_number": self._seq, **fields}, kind))
         self._seq += 1
 
-    def _event(self, raw: bytes, out: list[bytes]) -> None:
-        if raw.startswith(b"data: [DONE]"):
-            self._end(out)
-            return
-        _, chunk = sse.event_json(raw)
-        if not isinstance(chunk, dict) or self.done:
-            return
+    def _event(self, chunk: dict[str, Any], out: list[bytes]) -> None:
         if self._response is None:
             self._response = _head(chunk)
             self._base = _base(chunk.get("id"))
             self._emit(out, "response.created", {"response": self._response})
             self._emit(out, "response.in_progress", {"response": self._response})
-        if chunk.get("error"):
-            self._error = chunk["error"]
-        if chunk.get("usage"):
-            self._usage = chunk["usage"]
-        if chunk.get("prompt_token_ids") is not None:
-            self._prompt_ids = chunk["prompt_token_ids"]
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            if self._prep.wants_token_ids:
-                self._token_ids.extend(choice.get("token_ids") or ())
-            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
-            if reasoning:
-                self._reasoning_delta(out, reasoning)
-            if delta.get("content"):
-                lp = choice.get("logprobs")
-                entries = (lp.get("content") or []) if isinstance(lp, dict) and self._prep.wants_logprobs else []
-                self._text_delta(out, delta["content"], entries)
-            for call in delta.get("tool_calls") or ():
+        for delta in self._chat.absorb(chunk):
+            if delta.reasoning:
+                self._reasoning_delta(out, delta.reasoning)
+            if delta.content:
+                self._text_delta(out, delta.content, delta.logprobs if self._prep.wants_logprobs else [])
+            for call in delta.tool_calls:
                 self._call_delta(out, call)
-            if choice.get("finish_reason"):
-                self._finish_reason = choice["finish_reason"]
+        if self._chat.error is not None:
+            self._error = self._chat.error
 
     def _open(self, out: list[bytes], kind: str, item: dict[str, Any]) -> None:
         self._close(out)
@@ -448,10 +441,10 @@ class ClientStream:
             self._emit(out, "response.content_part.added", {**self._where(), "content_index": 0,
                                                             "part": _text_part("", [])})
         self._close(out)
-        _finish(self._response, self._finish_reason, self._usage)
+        _finish(self._response, self._chat.finish_reason, self._chat.usage)
         if self._prep.wants_token_ids:
             text = "".join(p["text"] for i in self._response["output"] if i["type"] == "message" for p in i["content"])
-            _token_messages(self._response, self._prompt_ids, self._token_ids, text)
+            _token_messages(self._response, self._chat.prompt_token_ids, self._chat.token_ids, text)
         self._emit(out, "response.completed", {"response": self._response})
 
 
@@ -471,3 +464,7 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
         result.response = snapshot
     result.complete = result.complete and stream.done
     return result
+
+
+FORMAT = WireFormat(name="responses", paths=("/v1/responses", "/responses"), prepare=prepare, client_body=client_body,
+                    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False)
