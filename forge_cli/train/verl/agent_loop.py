@@ -1,0 +1,147 @@
+"""``ForgeHarnessAgentLoop``: one forge rollout (harness in its sandbox, capture proxy, verifier) as a veRL 0.9.1
+agent loop. Imported only inside veRL's environment (``$FORGE_HOME/envs/verl``, with forge installed into it).
+
+Registered through an agent-loop YAML (``actor_rollout_ref.rollout.agent.agent_loop_config_path``)::
+
+    - name: forge_harness
+      _target_: forge_cli.train.verl.agent_loop.ForgeHarnessAgentLoop
+      forge_overrides: [env=..., harness=react, runtime=docker]     # forge's experiment, as on the command line
+
+and chosen per dataset row (``agent_name``). A dataset row carries forge's task id (``forge_task_id``).
+
+Per worker process (veRL instantiates the class once per rollout; the session is shared): the forge experiment is
+composed once, its proxy's upstream is one of veRL's vLLM replicas (acquired from veRL's load balancer once per
+worker: every rollout of a worker goes to that replica), and a ``RolloutSession`` starts the capture proxy, tool
+server and services. Each ``run``: the proxy's weight version is veRL's ``global_steps`` (right in
+``trainer.v1.trainer_mode=sync``, whose weight sync drains in-flight requests first; the async modes abort them
+and a harness would see a broken answer), forge runs the rollout, reads its records, builds its segments with
+forge's sample builder and returns ``convert``'s outputs as veRL ``AgentLoopOutput``s.
+
+What veRL 0.9.1's V1 path does with what an agent loop returns (read in its code):
+
+- An exception from ``run`` (``verl/trainer/ppo/v1/agent_loop_tq.py:107-147``, ``_run_prompt``): the other sessions
+  of the prompt finish, the error is logged, and the prompt (the whole GRPO group) is tagged ``failure``. Nothing
+  is stored for the failed session. The step is not killed: by default (``sync_refill_failed_groups=False``) a
+  failed group stays sampleable with the rows its other sessions stored (``verl/trainer/ppo/v1/replay_buffer.py:
+  110-113, 317-343``); with ``sync_refill_failed_groups=True`` a failed group that stored no row at all is evicted
+  and refilled.
+- An empty list (``agent_loop_tq.py:150-158``, ``_agent_loop_postprocess``): "Empty output" is logged, nothing is
+  stored for that session, and the group ends ``finished``. ``compute_advantage_for_multi_trajectories``
+  (``verl/trainer/ppo/v1/utils.py:158-196``) computes GRPO over the sessions present: the group trains without
+  it (a group left with one rollout gets advantage 0).
+
+So an infra failure returns ``[]`` (the rollout is dropped, never trained as reward 0, and the step goes on),
+counted in ``FAILURES`` and logged; forge's own drops (``BuiltRollout.dropped``) convert to ``[]`` the same way.
+Raising is avoided: it would tag the whole group ``failure``. Not verified here: a run against live veRL replicas
+(needs GPUs and vLLM); the CPU tests cover ``convert``, veRL's postprocess and its advantages on real records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+from forge_cli.train.verl.convert import convert, to_agent_loop_outputs
+
+log = logging.getLogger(__name__)
+
+# rollouts dropped per reason in this worker process (infra_error, exception, a forge drop reason)
+FAILURES: Counter[str] = Counter()
+
+
+@dataclass
+class _Runtime:
+    """What every rollout of one veRL worker process shares: forge's session and its tasks by id."""
+
+    session: Any
+    tasks: dict[str, Any]
+    policy: Any
+
+
+_RUNTIME: _Runtime | None = None
+_LOCK = asyncio.Lock()
+
+
+def _start(overrides: list[str], upstream: str) -> _Runtime:
+    """Compose forge's experiment with the replica as the proxy's upstream and enter a rollout session."""
+    from forge_cli.config.compose import compose
+    from forge_cli.envs.source import load_tasks
+    from forge_cli.rollout.session import RolloutSession
+    from forge_cli.train.step import sample_policy
+
+    composed = compose([*overrides, f"proxy.upstream={upstream}"])
+    exp = composed.experiment
+    taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose="train")
+    session = RolloutSession(exp, composed.data, taskset, lambda line: log.info("%s", line))
+    session.__enter__()
+    return _Runtime(session=session, tasks={t.id: t for t in taskset.tasks}, policy=sample_policy(exp))
+
+
+async def _replica(server_manager: Any) -> str:
+    """One replica's address from veRL's load balancer (its server ids are the replicas' HTTP addresses)."""
+    request_id = f"forge-{time.monotonic_ns()}"
+    server_id, _handle = await server_manager._acquire_server(request_id)
+    server_manager._release_server(server_id, request_id=request_id)
+    address = str(server_id)
+    return address if address.startswith("http") else f"http://{address}"
+
+
+class ForgeHarnessAgentLoop(AgentLoopBase):
+    """One dataset row (a forge task) -> one forge rollout -> its segments as ``AgentLoopOutput``s (``[]``: dropped)."""
+
+    def __init__(self, *args: Any, forge_overrides: list[str] | None = None, **kwargs: Any) -> None:
+        kwargs.pop("tools", None)  # veRL passes its own tool list; forge's tools come from the env
+        super().__init__(*args, **kwargs)
+        self.forge_overrides = [str(o) for o in (forge_overrides or [])]
+
+    async def _runtime(self) -> _Runtime:
+        global _RUNTIME
+        async with _LOCK:
+            if _RUNTIME is None:
+                upstream = await _replica(self.server_manager)
+                _RUNTIME = await asyncio.to_thread(_start, self.forge_overrides, upstream)
+            return _RUNTIME
+
+    async def run(self, sampling_params: dict[str, Any], **fields: Any) -> list[Any]:
+        from forge_cli.rollout.reader import RunRollout
+        from forge_cli.rollout.runner import run_rollout
+        from forge_cli.traces.store import iter_calls, open_store
+        from forge_cli.train.samples import build_samples
+
+        step = int(fields.get("global_steps", 0))
+        task_id = str(fields["forge_task_id"])
+        started = time.monotonic()
+        try:
+            runtime = await self._runtime()
+            session = runtime.session
+            job = session.job(runtime.tasks[task_id], int(fields.get("session_id", 0)), step)
+            await asyncio.to_thread(session.proxy.set_weight_version, str(step))
+            result = await run_rollout(session.ctx, job)
+            session.log.append(result)
+
+            def records() -> list[Any]:
+                conn = open_store(session.run_dir / "traces.sqlite", readonly=True)
+                try:
+                    return list(iter_calls(conn, job.rollout_id))
+                finally:
+                    conn.close()
+
+            calls = await asyncio.to_thread(records)
+        except Exception:  # an infra failure: drop the rollout, never fail the group or the step
+            log.exception("forge rollout of task %s failed; dropped", task_id)
+            FAILURES["exception"] += 1
+            return []
+        built = build_samples(RunRollout(result, calls), max_seq_len=runtime.policy.max_seq_len,
+                              policy=runtime.policy)
+        if built.dropped is not None:
+            FAILURES[built.dropped] += 1
+            log.warning("forge rollout %s dropped: %s", job.rollout_id, built.dropped)
+        outputs = convert(built, global_steps=step,
+                          metrics={"generate_sequences": time.monotonic() - started})
+        return to_agent_loop_outputs(outputs)
