@@ -1,10 +1,11 @@
 # The two commands a newcomer needs (see README.md). Both install whatever is missing first.
 .PHONY: run test test-e2e lint
 
-# the main job on the embedded defaults: react harness x builtin tasks x local sandboxes, SmolLM2 on vLLM
+# the main job on the embedded defaults: a short forge train (react harness x builtin train tasks x local sandboxes,
+# SmolLM2 on vLLM): 2 steps x 2 tasks x 4 rollouts, each step ending in a weight update the policy server reloads
 run:
 	scripts/setup.sh core vllm mitmproxy model
-	.venv/bin/forge rollout
+	.venv/bin/forge train trainer.steps=2 trainer.tasks_per_step=2
 
 # everything the test suite needs (also Docker and the base image), then lint, types and tests
 test:

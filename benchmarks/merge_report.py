@@ -2,9 +2,12 @@
 
 forge merges consecutive calls of a rollout into one training sequence only when the next call's prompt
 token ids start with the previous call's prompt + completion ids; otherwise a new segment starts
-(compaction, sub-agents, a title call, rewritten history, a changing system prompt). This script measures,
-per harness, the share of calls that extend the previous call of the same rollout that way, next to a
-baseline (forge's own ``react``, whose history is append-only by construction).
+(compaction, sub-agents, a title call, rewritten history, a changing system prompt). This script runs forge's
+own sample builder (``forge_cli/train/samples.py``, the one every trainer uses) over the recorded calls and
+reports, per harness, the share of trainable calls that extend the previous trainable call of the same
+rollout that way, next to a baseline (forge's own ``react``, whose history is append-only by construction).
+Calls that cannot train (status other than ``ok``, no token ids, a NaN logprob) are skipped as the builder
+skips them: they neither merge nor break a sequence.
 
     # report on existing run directories (any `forge rollout` output; several harnesses at once)
     .venv/bin/python benchmarks/merge_report.py RUN_DIR [RUN_DIR ...] [--baseline react] [--json out.json]
@@ -14,13 +17,14 @@ baseline (forge's own ``react``, whose history is append-only by construction).
     .venv/bin/python benchmarks/merge_report.py --run [--harnesses react,pi,codex] [--tasks 2]
         [--upstream http://127.0.0.1:8000] [--output-dir DIR] [--runtime docker] [-- EXTRA OVERRIDES]
 
-Columns: ``rollouts``; ``calls`` with token ids; ``next calls``, calls that have a predecessor in their rollout;
-``merge`` = share of those whose prompt starts with the previous prompt + completion (they join its training
-sequence); ``prompt prefix`` = share whose prompt at least starts with the previous *prompt* (history kept,
-but the previous answer was re-rendered differently, e.g. tool-call formatting); ``segments/rollout``, the
-training sequences a rollout yields; ``vs baseline``, merge minus the baseline's merge, in points. With a
-135M model most harnesses stop after one call (it seldom emits a valid tool call), so small samples carry
-little weight: run more tasks (``--tasks``) or a stronger model for figures that matter.
+Columns: ``rollouts``; ``calls`` that can train (+ those that cannot); ``next calls``, trainable calls that have a
+trainable predecessor in their rollout; ``merge`` = share of those whose prompt starts with the previous prompt +
+completion (they join its training sequence); ``prompt prefix`` = share whose prompt at least starts with the
+previous *prompt* (history kept, but the previous answer was re-rendered differently, e.g. tool-call formatting,
+or re-tokenized: a sampled token sequence that is not the tokenizer's own encoding of its text);
+``segments/rollout``, the training sequences a rollout yields; ``vs baseline``, merge minus the baseline's merge,
+in points. With a 135M model most harnesses stop after one call (it seldom emits a valid tool call), so small
+samples carry little weight: run more tasks (``--tasks``) or a stronger model for figures that matter.
 """
 
 from __future__ import annotations
@@ -28,59 +32,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from forge_cli.traces.record import CallRecord  # noqa: E402
+from forge_cli.traces.store import iter_calls, open_store  # noqa: E402
+from forge_cli.train.samples import MergeStats, segment_calls  # noqa: E402
+
 DEFAULT_HARNESSES = ("react", "openclaw", "codex", "claude-code", "pi", "opencode", "qwen-code", "gemini-cli",
                      "mini-swe-agent")
 
 
 @dataclass
-class Call:
-    rollout_id: str
-    seq: int
-    prompt: list[int]
-    completion: list[int]
+class HarnessStats(MergeStats):
+    """The builder's merge figures of one harness, and the wire formats its calls used."""
 
-
-@dataclass
-class HarnessStats:
-    harness: str
     wire_formats: set[str] = field(default_factory=set)
-    rollouts: int = 0
-    calls: int = 0
-    calls_without_ids: int = 0
-    transitions: int = 0
-    merged: int = 0
-    prompt_prefix: int = 0
-    segments: int = 0
-
-    @property
-    def merge_share(self) -> float | None:
-        return self.merged / self.transitions if self.transitions else None
-
-    @property
-    def prefix_share(self) -> float | None:
-        return self.prompt_prefix / self.transitions if self.transitions else None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["wire_formats"] = sorted(self.wire_formats)
-        data["merge_share"] = self.merge_share
-        data["prompt_prefix_share"] = self.prefix_share
-        return data
-
-
-def extends(previous: Call, current: Call) -> bool:
-    """The current prompt starts with the previous prompt + completion: one training sequence."""
-    history = previous.prompt + previous.completion
-    return len(current.prompt) >= len(history) and current.prompt[:len(history)] == history
+        return {**super().to_dict(), "wire_formats": sorted(self.wire_formats)}
 
 
 def _harness_of_run(run_dir: Path) -> str | None:
@@ -90,57 +67,38 @@ def _harness_of_run(run_dir: Path) -> str | None:
     return None
 
 
-def read_run(run_dir: Path) -> tuple[dict[str, str], dict[str, set[str]], list[Call]]:
-    """(rollout -> harness, harness -> wire formats, calls in order) of one run directory."""
+def read_run(run_dir: Path) -> tuple[dict[str, str], dict[str, set[str]], dict[str, list[CallRecord]]]:
+    """(rollout -> harness, harness -> wire formats, rollout -> its calls in order) of one run directory."""
     store = run_dir / "traces.sqlite"
     if not store.is_file():
         raise SystemExit(f"merge_report: {run_dir} has no traces.sqlite (not a `forge rollout` run directory)")
     fallback = _harness_of_run(run_dir) or run_dir.name
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        harness_of = {rid: (h or fallback) for rid, h in db.execute("SELECT rollout_id, harness FROM rollouts")}
-        rows = db.execute("SELECT rollout_id, seq, wire_format, prompt_token_ids, completion_token_ids FROM calls "
-                          "ORDER BY rollout_id, seq").fetchall()
+    conn = open_store(store, readonly=True)
+    try:
+        harness_of = {row["rollout_id"]: (row["harness"] or fallback)
+                      for row in conn.execute("SELECT rollout_id, harness FROM rollouts")}
+        calls: dict[str, list[CallRecord]] = {}
+        for call in iter_calls(conn):
+            calls.setdefault(call.rollout_id, []).append(call)
+    finally:
+        conn.close()
     wires: dict[str, set[str]] = {}
-    calls = []
-    for rid, seq, wire, prompt, completion in rows:
+    for rid, chain in calls.items():
         harness = harness_of.setdefault(rid, fallback)
-        wires.setdefault(harness, set()).add(wire)
-        calls.append(Call(rid, int(seq), json.loads(prompt) if prompt else [],
-                          json.loads(completion) if completion else []))
+        wires.setdefault(harness, set()).update(c.wire_format for c in chain)
     return harness_of, wires, calls
 
 
 def analyse(run_dirs: list[Path]) -> dict[str, HarnessStats]:
+    """Per harness: forge's sample builder's merge figures over every rollout of the runs."""
     stats: dict[str, HarnessStats] = {}
     for run_dir in run_dirs:
         harness_of, wires, calls = read_run(run_dir)
-        for harness in harness_of.values():
-            stats.setdefault(harness, HarnessStats(harness)).rollouts += 1
+        for rid, harness in harness_of.items():
+            _, rollout_stats, _ = segment_calls(calls.get(rid, []))
+            stats.setdefault(harness, HarnessStats(harness)).add(rollout_stats)
         for harness, formats in wires.items():
             stats[harness].wire_formats |= formats
-        by_rollout: dict[str, list[Call]] = {}
-        for call in calls:
-            by_rollout.setdefault(call.rollout_id, []).append(call)
-        for rid, chain in by_rollout.items():
-            st = stats[harness_of[rid]]
-            previous: Call | None = None
-            for call in chain:
-                if not call.prompt:
-                    # no token ids (an upstream error): the chain breaks here
-                    st.calls_without_ids += 1
-                    previous = None
-                    continue
-                st.calls += 1
-                if previous is None:
-                    st.segments += 1
-                else:
-                    st.transitions += 1
-                    if extends(previous, call):
-                        st.merged += 1
-                    else:
-                        st.segments += 1
-                    st.prompt_prefix += call.prompt[:len(previous.prompt)] == previous.prompt
-                previous = call
     return stats
 
 
@@ -159,10 +117,12 @@ def render(stats: dict[str, HarnessStats], baseline: str) -> str:
         share = st.merge_share
         delta = ("baseline" if st.harness == baseline else
                  "n/a" if share is None or base_share is None else f"{100 * (share - base_share):+.0f} pts")
-        calls = f"{st.calls}" + (f" (+{st.calls_without_ids} w/o ids)" if st.calls_without_ids else "")
+        figures = st.stats
+        skipped = figures.calls - figures.trainable
+        calls = f"{figures.trainable}" + (f" (+{skipped} not trainable)" if skipped else "")
         lines.append((st.harness, ",".join(sorted(st.wire_formats)) or "-", str(st.rollouts), calls,
-                      str(st.transitions), _pct(share), _pct(st.prefix_share),
-                      f"{st.segments / st.rollouts:.2f}" if st.rollouts else "n/a", delta))
+                      str(figures.transitions), _pct(share), _pct(st.prompt_prefix_share),
+                      f"{figures.segments / st.rollouts:.2f}" if st.rollouts else "n/a", delta))
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     out.append("  ".join("-" * w for w in widths))
@@ -222,15 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/merge-report"), help="with --run: runs go here")
     parser.add_argument("--baseline", default="react", help="harness whose merge share is the baseline")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
-    args, extra = parser.parse_known_args(argv)
-    extra = [e for e in extra if e != "--"]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # overrides after "--" go to every forge rollout (a positional would otherwise take them as run directories)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     run_dirs = list(args.run_dirs)
     if args.run:
         harnesses = [h.strip() for h in args.harnesses.split(",") if h.strip()]
         run_dirs += run_harnesses(harnesses, args.tasks, args.upstream, args.output_dir.resolve(), args.runtime,
                                   extra)
     elif extra:
-        parser.error(f"unknown arguments: {' '.join(extra)}")
+        parser.error(f"overrides after -- need --run: {' '.join(extra)}")
     if not run_dirs:
         parser.error("give run directories, or --run")
     stats = analyse(run_dirs)

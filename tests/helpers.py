@@ -17,3 +17,7 @@ def forge(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -
         capture_output=True, text=True, timeout=timeout, cwd=REPO,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
+
+
+# forge's example task file in the flat format (the old builtin tasks, and mail-reply with its mailbox tools)
+EXAMPLE_TASKS = str(Path(__file__).resolve().parent.parent / "forge_cli" / "envs" / "examples" / "tasks.yaml")

@@ -10,15 +10,18 @@ from forge_cli import __version__
 from forge_cli.cli import (
     config_cmd,
     doctor_cmd,
+    eval_cmd,
     harness_cmd,
     image_cmd,
     k8s_cmd,
     model_cmd,
     proxy_cmd,
     rollout_cmd,
+    samples_cmd,
     sandbox_cmd,
     serve_cmd,
     traces_cmd,
+    train_cmd,
 )
 from forge_cli.errors import ConfigError, UserError
 
@@ -38,9 +41,12 @@ app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(image_cmd.app, name="image")
 app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
+app.command("eval")(eval_cmd.eval_)
+app.command("train")(train_cmd.train)
 app.command("doctor")(doctor_cmd.doctor)
 app.command("proxy")(proxy_cmd.proxy)
 app.add_typer(traces_cmd.app, name="traces")
+app.add_typer(samples_cmd.app, name="samples")
 app.command("serve")(serve_cmd.serve)
 app.add_typer(model_cmd.app, name="model")
 

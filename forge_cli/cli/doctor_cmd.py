@@ -29,5 +29,8 @@ def doctor(overrides: Overrides = None, config_dir: ConfigDir = None, as_json: J
             if c.fix:
                 console.print("          fix: ", end="")
                 console.print(c.fix, markup=False)
-    if not all(c.ok for c in checks):
+    missing = [c.name for c in checks if not c.ok]
+    if missing:
+        typer.echo(f"error: {len(missing)} prerequisite(s) missing: {', '.join(missing)} (each fix is printed "
+                   "above)", err=True)
         raise typer.Exit(1)

@@ -25,9 +25,9 @@ def build(
 
     dockerfile = file or context / "Dockerfile"
     if not context.is_dir():
-        raise UserError(f"build context {context} is not a directory")
+        raise UserError(f"build context {context} is not a directory", exit_code=2)
     if not dockerfile.is_file():
-        raise UserError(f"no Dockerfile at {dockerfile}", "pass one with --file")
+        raise UserError(f"no Dockerfile at {dockerfile}", "pass one with --file", exit_code=2)
     runtime = load_runtime("docker", docker_host=docker_host)
     image_id = build_image(runtime, tag, context, dockerfile, echo=None if quiet else typer.echo)
     typer.echo(image_id if quiet else f"built {tag} ({image_id[:19]})")

@@ -34,14 +34,14 @@ def prepare(
     console = Console(stderr=True, highlight=False)
     model = load(overrides, config_dir).experiment.model
     if isinstance(model, OpenAICompatibleModel):
-        raise UserError("model=openai-compatible is an external endpoint: there is nothing to prepare")
+        raise UserError("model=openai-compatible is an external endpoint: there is nothing to prepare", exit_code=2)
     with console.status("preparing the model", spinner="dots") as status:
 
         def say(message: str) -> None:
             status.update(message)
             console.print(message, markup=False)
 
-        if isinstance(model, SmolModel):
+        if isinstance(model, SmolModel) and model.path is None:
             prepared = prepare_default_model(model.package, force=force, verify=True, log=say)
         else:
             prepared = resolve_model(model)
@@ -51,5 +51,5 @@ def prepare(
         typer.echo(json.dumps(info))
     else:
         state = ("converted and verified" if prepared.converted else "ready (checksums verified)"
-                 if isinstance(model, SmolModel) else "a model directory vLLM can load")
+                 if isinstance(model, SmolModel) and model.path is None else "a model directory vLLM can load")
         typer.echo(f"{prepared.path}: {state}")

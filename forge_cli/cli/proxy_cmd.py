@@ -14,15 +14,32 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _bindable(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound now (an unknown host is left to the proxy's own check)."""
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except socket.gaierror:
+            return True
+        except OSError:
+            return False
+    return True
+
+
 def proxy(
     upstream: Annotated[str, typer.Option("--upstream", "-u", help="Policy server URL(s), comma-separated.")],
-    port: Annotated[int, typer.Option("--port", "-p", help="Port to listen on (0: a free one).")] = 0,
+    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535,
+                                      help="Port to listen on (0: a free one).")] = 0,
     store: Annotated[Path | None, typer.Option("--store", help="SQLite trace store (default: a new file under "
                                                "$FORGE_HOME/proxy/).")] = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind (keep loopback).")] = "127.0.0.1",
-    max_body_mb: Annotated[int, typer.Option("--max-body-mb", help="Largest request body accepted, in MiB.")] = 32,
+    max_body_mb: Annotated[int, typer.Option("--max-body-mb", min=1,
+                                             help="Largest request body accepted, in MiB.")] = 32,
     max_output_tokens: Annotated[int | None, typer.Option(
-        "--max-output-tokens", help="Cap on requested output tokens (default: the upstream's context length).")] = None,
+        "--max-output-tokens", min=1,
+        help="Cap on requested output tokens (default: the upstream's context length).")] = None,
     weight_version: Annotated[str, typer.Option("--weight-version", help="Weight version stamped on records.")] = "0",
     upstream_timeout_s: Annotated[float, typer.Option(
         "--upstream-timeout", min=1, help="Seconds to wait for the policy server's response headers.")] = 900.0,
@@ -30,8 +47,15 @@ def proxy(
         "--max-header-kb", min=1, help="Largest request header block accepted, in KiB.")] = 64,
 ) -> None:
     """Serve and record model calls at http://HOST:PORT/r/<rollout-id>/v1 until Ctrl-C."""
+    from forge_cli.errors import UserError
     from forge_cli.proxy.launcher import start_proxy
 
+    if store is not None and store.is_dir():
+        raise UserError(f"--store {store} is a directory", fix="give a file path, e.g. --store run/traces.sqlite",
+                        exit_code=2)
+    if port and not _bindable(host, port):
+        raise UserError(f"port {port} on {host} is already in use", fix="pick another with --port P, or 0 for a "
+                        "free one", exit_code=2)
     handle = start_proxy(upstream, port=port, store=store, host=host, max_body_mb=max_body_mb,
                          max_output_tokens=max_output_tokens, weight_version=weight_version,
                          upstream_timeout_s=upstream_timeout_s, max_header_kb=max_header_kb)

@@ -17,11 +17,11 @@ def load_runtime(kind: str, **overrides: Any) -> Any:
 
     path = configs_dir() / "runtime" / f"{kind}.yaml"
     if not path.is_file():
-        raise UserError(f"unknown runtime '{kind}'", "use one of: local, docker, kubernetes")
+        raise UserError(f"unknown runtime '{kind}'", "use one of: local, docker, kubernetes", exit_code=2)
     data = yaml.safe_load(path.read_text()) or {}
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return TypeAdapter(RuntimeConfig).validate_python(data)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in error.errors())
-        raise UserError(f"invalid {kind} runtime settings: {problems}") from None
+        raise UserError(f"invalid {kind} runtime settings: {problems}", exit_code=2) from None

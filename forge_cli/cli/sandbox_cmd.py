@@ -37,7 +37,7 @@ def cleanup(
     kinds = list(runtime or ["local", "docker"])
     for kind in kinds:
         if kind not in KINDS:
-            raise UserError(f"unknown runtime '{kind}'", f"use one of: {', '.join(KINDS)}")
+            raise UserError(f"unknown runtime '{kind}'", f"use one of: {', '.join(KINDS)}", exit_code=2)
     report: dict[str, list[str] | str] = {}
     for kind in kinds:
         overrides = {"docker": {"docker_host": docker_host},

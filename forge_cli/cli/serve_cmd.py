@@ -17,13 +17,14 @@ from forge_cli.errors import UserError
 
 def serve(
     overrides: Overrides = None,
-    port: Annotated[int | None, typer.Option("--port", "-p", help="Port to bind on 127.0.0.1 (0: a free one; "
-                                             "default: model.port).")] = None,
+    port: Annotated[int | None, typer.Option("--port", "-p", min=0, max=65535, help="Port to bind on 127.0.0.1 (0: a "
+                                             "free one; default: model.port).")] = None,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Leave the server running in the background and "
                                          "return once it is healthy; stop it with --stop.")] = False,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the detached server(s) started by `forge serve "
                                        "--detach` (only the one on --port if given), then exit.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the server to be healthy.")] = 900,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for the server to be healthy.")
+                       ] = 900,
     config_dir: ConfigDir = None,
     json_out: JsonFlag = False,
 ) -> None:
@@ -96,7 +97,8 @@ def _stop_detached(port: int | None, json_out: bool) -> None:
     files = sorted(state_dir().glob(f"serve-{port}.json" if port else "serve-*.json"))
     if not files:
         where = f" on port {port}" if port else ""
-        raise UserError(f"no detached forge server{where} is recorded in {state_dir()}")
+        raise UserError(f"no detached forge server{where} is recorded in {state_dir()}",
+                        fix="`forge serve --stop` without --port stops every one started with --detach", exit_code=2)
     stopped = []
     for path in files:
         info = json.loads(path.read_text())

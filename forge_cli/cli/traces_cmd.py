@@ -16,21 +16,31 @@ StoreOpt = typer.Option(None, "--store", "-s", help="Trace store (default: the n
 
 def _store(path: Path | None) -> Path:
     if path is not None:
-        if not path.exists():
-            raise UserError(f"no trace store at {path}", fix="pass the --store path `forge proxy` printed")
+        if not path.is_file():
+            raise UserError(f"no trace store at {path}" + (" (a directory)" if path.is_dir() else ""),
+                            fix="pass the --store path `forge proxy` printed", exit_code=2)
         return path
     from forge_cli.paths import forge_home
 
     found = sorted((forge_home() / "proxy").glob("*/traces.sqlite"), key=lambda p: p.stat().st_mtime)
     if not found:
-        raise UserError("no trace store found under $FORGE_HOME/proxy", fix="pass --store PATH")
+        raise UserError("no trace store found under $FORGE_HOME/proxy", fix="pass --store PATH", exit_code=2)
     return found[-1]
 
 
 def _conn(path: Path | None):  # type: ignore[no-untyped-def]
+    import sqlite3
+
     from forge_cli.traces import store
 
-    return store.open_store(_store(path), readonly=True)
+    found = _store(path)
+    try:
+        conn = store.open_store(found, readonly=True)
+        conn.execute("SELECT 1 FROM calls LIMIT 1").fetchall()
+    except sqlite3.Error as exc:
+        raise UserError(f"{found} is not a forge trace store ({exc})", fix="pass the --store path `forge proxy` "
+                        "printed", exit_code=2) from None
+    return conn
 
 
 @app.command("ls")
@@ -57,7 +67,8 @@ def show(rollout: Annotated[str, typer.Argument(help="Rollout id.")], store: Pat
 
     records = list(st.iter_calls(_conn(store), rollout))
     if not records:
-        raise UserError(f"no calls recorded for rollout {rollout!r}", fix="`forge traces ls` lists the rollouts")
+        raise UserError(f"no calls recorded for rollout {rollout!r}", fix="`forge traces ls` lists the rollouts",
+                        exit_code=2)
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in records], indent=2, ensure_ascii=False))
         return
@@ -75,8 +86,14 @@ def export(out: Annotated[Path, typer.Argument(help="Output file.")], store: Pat
            rollout: str | None = typer.Option(None, "--rollout", help="Only this rollout.")) -> None:
     """Write CallRecords to JSONL or Parquet (schema: forge_cli/traces/record.py)."""
     if fmt not in ("jsonl", "parquet"):
-        raise UserError(f"unknown export format {fmt!r}", fix="use --format jsonl or --format parquet")
+        raise UserError(f"unknown export format {fmt!r}", fix="use --format jsonl or --format parquet", exit_code=2)
     from forge_cli.traces.export import export as run_export
 
-    n = run_export(_store(store), out, fmt, rollout)
+    found = _store(store)
+    _conn(found).close()
+    try:
+        n = run_export(found, out, fmt, rollout)
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror or exc}", fix="give a path in a writable directory",
+                        exit_code=2) from None
     typer.echo(f"wrote {n} call record(s) to {out}")

@@ -114,14 +114,46 @@ def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
             out.append(text.lstrip("+"))  # `+key=value` on a key that exists: set it, as users mean
         elif exists or parsed.is_add() or parsed.is_force_add():
             out.append(text)
+        elif node is not None and OmegaConf.is_dict(node) and _schema_has(cfg, key):
+            out.append("+" + text)  # a setting the schema has but the option's YAML leaves at its default
         else:
             near = []
             if node is not None and OmegaConf.is_dict(node):
                 keys = [str(k) for k in node.keys()]  # noqa: SIM118
                 near = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.6)
             hint = f"did you mean '{parent}.{near[0]}'? " if near else ""
+            if node is None and _schema_has(cfg, key):  # inside a group that is null (trainer.lora)
+                problems.append(f"{key}: {parent} is null; set it as a whole, e.g. {parent}='{{{leaf}:VALUE}}'")
+                continue
             problems.append(f"{key}: no such setting; {hint}(`forge config show` lists them)")
     return problems, out
+
+
+def _schema_has(cfg: Any, key: str) -> bool:
+    """Whether ``key`` (a.b.c) is a field of the schema, in the variant ``cfg`` selects (runtime kind, model
+    source)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    model: Any = Experiment
+    path: list[str] = []
+    for part in key.split("."):
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return False
+        path.append(part)
+        annotation = fields[part].annotation
+        while typing.get_origin(annotation) is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        members = [m for m in typing.get_args(annotation) or (annotation,) if isinstance(m, type)
+                   and issubclass(m, BaseModel)]
+        if len(members) > 1:  # a discriminated union: the variant whose tag the composed config has
+            discriminator = str(fields[part].discriminator)
+            tag = cfg.get(path[0], {}).get(discriminator) if len(path) == 1 else None
+            members = [m for m in members if tag in typing.get_args(m.model_fields[discriminator].annotation)]
+        model = members[0] if len(members) == 1 else None
+    return True
 
 
 def _missing(data: Any, prefix: str = "") -> list[str]:
@@ -147,13 +179,22 @@ def _pydantic_problems(exc: Any, data: dict[str, Any]) -> list[str]:
             problems.append(f"{key}.{tag}: {ctx.get('tag')!r} is not allowed: expected one of "
                             f"{ctx.get('expected_tags')}")
         elif err["type"] == "extra_forbidden":
-            problems.append(f"{key}: unknown setting (value {err['input']!r}); check the spelling")
+            problems.append(f"{key}: unknown setting (value {_short(err['input'])}); check the spelling")
         elif err["type"] == "missing":
             problems.append(f"{key}: missing required value")
         else:
             msg = str(err["msg"]).removeprefix("Value error, ")
-            problems.append(f"{key}: {err['input']!r} is not allowed: {msg}")
+            if isinstance(err["input"], dict) and err["type"] == "value_error":  # a check of the whole group
+                problems.append(f"{key}: {msg}")
+            else:
+                problems.append(f"{key}: {_short(err['input'])} is not allowed: {msg}")
     return problems
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a huge value stays one readable line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _yaml_problem(exc: Any) -> str:
@@ -204,6 +245,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
         raw = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except (HydraException, OmegaConfBaseException) as exc:
         message = " ".join(str(exc).split())
+        cause = exc.__cause__
+        if isinstance(cause, OmegaConfBaseException):  # "Error merging override k=v" says no more than that
+            message += f" ({str(cause).strip().splitlines()[0]})"
         raise ConfigError([message]) from None
     except YAMLError as exc:  # a group file that does not parse (Hydra lets PyYAML's error through)
         raise ConfigError([_yaml_problem(exc)]) from None

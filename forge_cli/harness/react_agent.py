@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """forge-react: forge's own minimal ReAct harness (stdlib only; installed as ``bin/forge-react``).
 
-Usage: ``forge-react [--max-steps N] [--temperature T] "<instruction>"`` in the task workspace.
+Usage: ``forge-react [--max-steps N] [--temperature T] [--tools auto|text] "<instruction>"`` in the task workspace.
 Environment: FORGE_BASE_URL (``.../v1``), FORGE_API_KEY, FORGE_MODEL, FORGE_MAX_TOKENS, and optionally
 FORGE_CONTEXT_WINDOW (tokens; stop before a request would overflow it), FORGE_TOOL_TIMEOUT (s, default 120),
 FORGE_HTTP_TIMEOUT (s, default 300), FORGE_HTTP_RETRIES (default 2).
@@ -53,6 +53,26 @@ the path and then the content on the next lines for write_file, the summary for 
 ACTION: finish
 Created notes.txt.
 Only the first action in a reply is run; its result comes back in the next message."""
+
+# --tools text: a short few-shot prompt. Small models follow examples of the exact reply form far better than a
+# description of it (SmolLM2-135M: 4 of 50 single-step solves with this prompt, 0 of 50 with SYSTEM_PROMPT)
+TEXT_PROMPT = """You are a shell assistant working in the current directory. Reply with ONE bash code block that \
+does the task. No explanations. When the task is done, reply with: ACTION: finish
+
+Task: Create a file named notes.txt containing exactly the text `red fox`.
+```bash
+echo 'red fox' > notes.txt
+```
+
+Task: Count the lines of list.txt and write only that number into n.txt.
+```bash
+wc -l < list.txt > n.txt
+```
+
+Task: In app.ini, change the value of `mode` from `dev` to `prod`.
+```bash
+sed -i 's/^mode = dev$/mode = prod/' app.ini
+```"""
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -211,10 +231,11 @@ class Agent:
         self.retries, self.max_tokens = int(env_num("FORGE_HTTP_RETRIES", 2)), int(env_num("FORGE_MAX_TOKENS", 1024))
         self.context_window = int(env_num("FORGE_CONTEXT_WINDOW", 0)) or None
         self.max_steps, self.temperature = args.max_steps, args.temperature
-        self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
+        prompt = SYSTEM_PROMPT if args.tools == "auto" else TEXT_PROMPT
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": prompt},
                                                {"role": "user", "content": args.instruction}]
         self.counted_tokens, self.counted_messages = 0, 0  # server-counted prefix of the history
-        self.steps, self.use_tools = 0, True
+        self.steps, self.use_tools = 0, args.tools == "auto"
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST a non-streamed Chat Completions request; retries connection errors, 429 and 5xx with backoff."""
@@ -332,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"forge-react {VERSION}")
     parser.add_argument("--max-steps", type=int, default=20, help="most model calls (default 20)")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (server default)")
+    parser.add_argument("--tools", choices=["auto", "text"], default="auto",
+                        help="auto: send the tools as functions (text protocol as fallback); text: the text protocol "
+                             "only (small models copy a tool schema back instead of calling it)")
     parser.add_argument("instruction", help="the task")
     args = parser.parse_args(argv)
     agent: Agent | None = None

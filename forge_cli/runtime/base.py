@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Literal, TypeVar
 
 from forge_cli.errors import UserError
-from forge_cli.runtime.spec import SandboxSpec
+from forge_cli.runtime.spec import SANDBOX_HOME, ProxyEndpoint, SandboxSpec
 
 log = logging.getLogger("forge.runtime")
 
@@ -52,7 +52,7 @@ class SandboxError(UserError):
 
     def __init__(self, message: str, fix: str | None = None, *, status: Status | None = None,
                  result: ExecResult | None = None) -> None:
-        super().__init__(message, fix, exit_code=3)
+        super().__init__(message, fix, exit_code=1)  # the machine must be fixed (forge's exit-code rule)
         if status is not None:
             self.status = status
         # what the interrupted command printed before the sandbox failed
@@ -251,6 +251,13 @@ class Sandbox(abc.ABC):
         await self._stop()
         self._log_event("stopped", {})
 
+    async def kill_processes(self) -> None:
+        """Kill every process still running in the sandbox (what a harness left behind, daemons included), so that
+        nothing the agent started can act after it exited, e.g. while its rollout is verified."""
+        self._check_usable()
+        await self._kill_processes()
+        self._log_event("processes-killed", {})
+
     @classmethod
     async def cleanup(cls, run_id: str | None = None, runtime: Any = None) -> list[str]:
         """Remove every sandbox of ``run_id`` (all forge sandboxes when None) left behind, e.g. by a crash.
@@ -263,6 +270,34 @@ class Sandbox(abc.ABC):
     def default_runtime(cls) -> Any:
         """The runtime config used when none is given (the shipped defaults)."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ what callers need to know of a backend
+    @classmethod
+    def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int) -> ProxyEndpoint:
+        """How this backend's sandboxes reach a capture proxy listening on ``port`` (host networking: the
+        advertised host)."""
+        return ProxyEndpoint(advertise_host, port)
+
+    @classmethod
+    def preflight(cls, runtime: Any, run_id: str = "") -> list[str]:
+        """Checked once before a run's sandboxes start: warnings the run should record (printed already), or a
+        UserError when the backend cannot run as configured."""
+        return []
+
+    @classmethod
+    def network(cls, runtime: Any) -> str:
+        """The spec's ``network`` for this backend: "host", a network name, or "proxy-only"."""
+        return str(getattr(runtime, "network", "host"))
+
+    @classmethod
+    def sandbox_paths(cls, runtime: Any, bundle_host_path: str) -> tuple[str, str, str]:
+        """(workdir, HOME, harness bundle) as a harness in this backend's sandboxes sees them."""
+        return runtime.workdir, SANDBOX_HOME, runtime.bundle_mount
+
+    @classmethod
+    def describe(cls, spec: SandboxSpec, argv: Sequence[str], runtime: Any) -> dict[str, Any]:
+        """The sandbox as a user would create it by hand (dry runs print it); ``kind`` plus backend fields."""
+        return {"kind": cls.kind}
 
     async def __aenter__(self: S) -> S:
         return self
@@ -387,6 +422,10 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def _check_alive(self, result: ExecResult) -> None:
         """After a command died of a signal: raise SandboxGone if the sandbox itself died (killed, OOM)."""
+
+    @abc.abstractmethod
+    async def _kill_processes(self) -> None:
+        """Kill every process in the sandbox (a container's init excepted)."""
 
     @abc.abstractmethod
     async def _write_file(self, path: str, data: bytes) -> None: ...

@@ -38,6 +38,21 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Emit = Callable[[Stream, bytes], None]
 
 
+# kill every process of the container but its init (PID 1), the idle command that keeps it alive (the oldest
+# `sleep` whose parent is PID 1: docker's --init runs it as PID 1's child; in a Pod it is PID 1 itself) and this
+# shell; plain POSIX sh and /proc, so it runs in any image
+KILL_ALL = """idle=
+for p in /proc/[0-9]*; do
+  read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
+  if [ "$comm" = "(sleep)" ] && [ "$ppid" = 1 ] && { [ -z "$idle" ] || [ "$pid" -lt "$idle" ]; }; then idle=$pid; fi
+done
+for p in /proc/[0-9]*; do
+  pid=${p#/proc/}
+  [ "$pid" = 1 ] || [ "$pid" = "$$" ] || [ "$pid" = "$idle" ] || kill -9 "$pid" 2>/dev/null
+done
+exit 0"""
+
+
 def _discard(stream: Stream, chunk: bytes) -> None:
     return None
 
@@ -106,6 +121,9 @@ class ContainerSandbox(Sandbox):
                 self._oom_kills = kills
                 raise SandboxOutOfMemory(f"a command in sandbox {self.spec.name} was killed for running out of "
                                          f"memory (limit {memory})", result=result)
+
+    async def _kill_processes(self) -> None:
+        await blocking(self._run_blocking, ["/bin/sh", "-c", KILL_ALL], _discard)
 
     @abc.abstractmethod
     def _container_state(self) -> ContainerState:

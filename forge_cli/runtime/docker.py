@@ -9,13 +9,15 @@ forge never pulls: images come from ``scripts/base-image.sh`` or ``forge image b
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
+import shlex
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,14 @@ class DockerSandbox(ContainerSandbox):
     @classmethod
     def default_runtime(cls) -> DockerRuntime:
         return DockerRuntime(kind="docker", description="docker sandboxes")
+
+    @classmethod
+    def describe(cls, spec: Any, argv: Sequence[str], runtime: Any) -> dict[str, Any]:
+        from forge_cli.runtime.docker_spec import docker_run_command
+
+        # the container already holds the env; exec inherits it
+        return {"kind": "docker", "docker_run": docker_run_command(spec),
+                "exec": f"docker exec -i -w {spec.workdir} {spec.name} {shlex.join(argv)} </dev/null"}
 
     @property
     def api(self) -> Any:
@@ -214,6 +224,31 @@ class DockerSandbox(ContainerSandbox):
                 return ContainerState(running=False, detail="the container was removed")
         return ContainerState(running=bool(state.get("Running")), oom_killed=bool(state.get("OOMKilled")),
                               detail=f"{state.get('Status')}, exit code {state.get('ExitCode')}")
+
+    # ------------------------------------------------------------------ what the harness changed (seen from outside)
+    async def system_changes(self) -> dict[str, int]:
+        """Every path changed in the container's filesystem since its image (``docker diff``: 0 modified, 1 added,
+        2 deleted), as dockerd records it: nothing inside the container can hide a change from it."""
+        def diff() -> dict[str, int]:
+            with docker_errors(f"listing the changes of sandbox {self.spec.name}"):
+                return {str(c["Path"]): int(c["Kind"]) for c in self.api.diff(self.container_id) or []}
+
+        return await blocking(diff)
+
+    async def path_mode(self, path: str) -> int | None:
+        """The mode of ``path`` in the container as dockerd reports it (Go's bits; None: it does not exist)."""
+        def stat() -> int | None:
+            api = self.api
+            with docker_errors(f"inspecting {path} in sandbox {self.spec.name}"):
+                response = api.head(api._url("/containers/{0}/archive", self.container_id), params={"path": path},
+                                    timeout=api.timeout)
+                if response.status_code == 404:
+                    return None
+                api._raise_for_status(response)
+            encoded = response.headers.get("x-docker-container-path-stat")
+            return int(json.loads(base64.b64decode(encoded)).get("mode", 0)) if encoded else None
+
+        return await blocking(stat)
 
     # ------------------------------------------------------------------ files
     async def _write_file(self, path: str, data: bytes) -> None:

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,7 @@ from forge_cli.runtime.base import (
 )
 from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
 from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
-from forge_cli.runtime.spec import LABEL_RUN, label_value
+from forge_cli.runtime.spec import LABEL_RUN, ProxyEndpoint, label_value
 
 log = logging.getLogger("forge.runtime.kubernetes")
 T = TypeVar("T")
@@ -142,6 +142,18 @@ def _kube_error(what: str, error: BaseException) -> SandboxError:
     return SandboxError(f"{what}: {type(error).__name__}: {body}")
 
 
+def _no_aliases_dumper() -> Any:
+    import yaml
+
+    class NoAliases(yaml.SafeDumper):
+        """Manifests are read by people: repeat shared sub-trees instead of emitting YAML anchors."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return NoAliases
+
+
 class KubernetesSandbox(ContainerSandbox):
     kind = "kubernetes"
     # how long a Pod may take to be scheduled and start (image pulls included)
@@ -158,6 +170,23 @@ class KubernetesSandbox(ContainerSandbox):
     @classmethod
     def default_runtime(cls) -> KubernetesRuntime:
         return KubernetesRuntime(kind="kubernetes", description="kubernetes sandboxes")
+
+    @classmethod
+    def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int) -> ProxyEndpoint:
+        # pods reach the in-cluster proxy Service
+        return ProxyEndpoint(f"{runtime.proxy_service}.{runtime.namespace}.svc", runtime.proxy_port)
+
+    @classmethod
+    def network(cls, runtime: Any) -> str:
+        return "proxy-only"
+
+    @classmethod
+    def describe(cls, spec: Any, argv: Sequence[str], runtime: Any) -> dict[str, Any]:
+        import yaml
+
+        manifests = [pod_manifest(spec, runtime), network_policy(spec, runtime)]
+        return {"kind": "kubernetes", "context": runtime.context or "(current)",
+                "manifests": yaml.dump_all(manifests, Dumper=_no_aliases_dumper(), sort_keys=False)}
 
     def _call(self, what: str, method: str, *args: Any, api: str = "core", **kwargs: Any) -> Any:
         apis, gate = apis_for(self.runtime)

@@ -22,7 +22,8 @@ def backend(kind: str) -> type[Sandbox]:
     try:
         module, name = BACKENDS[kind].split(":")
     except KeyError:
-        raise UserError(f"unknown sandbox runtime '{kind}'", f"use one of: {', '.join(BACKENDS)}") from None
+        raise UserError(f"unknown sandbox runtime '{kind}'", f"use one of: {', '.join(BACKENDS)}",
+                        exit_code=2) from None
     cls: type[Sandbox] = getattr(importlib.import_module(module), name)
     return cls
 

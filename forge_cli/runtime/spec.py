@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from forge_cli.config.schema import Resources
 
 LABEL_RUN = "forge.run"
+# HOME of the harness in every sandbox (the local backend maps it to a directory of its own)
+SANDBOX_HOME = "/tmp/forge-home"
 LABEL_ROLLOUT = "forge.rollout"
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
 

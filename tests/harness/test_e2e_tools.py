@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import LONG_CONTEXT
 from tests.harness.test_e2e_harnesses import Env, env, harness_timeout  # noqa: F401 - the module's fixture
-from tests.helpers import REPO
+from tests.helpers import EXAMPLE_TASKS, REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
@@ -52,7 +52,8 @@ def _offered(request: dict[str, Any]) -> set[str]:
 @pytest.mark.parametrize("harness", MCP_HARNESSES)
 def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> None:  # noqa: F811
     args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=docker",
-            f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", "env.task_ids=[mail-reply]",
+            f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", f"env.path={EXAMPLE_TASKS}",
+            "env.task_ids=[mail-reply]",
             "rollout.samples_per_task=1", "rollout.concurrency=1", "model.max_output_tokens=64",
             f"model.max_model_len={LONG_CONTEXT}", f"harness.timeout_s={harness_timeout(harness)}",
             f"run.output_dir={env.out}", f"run.name=e2e-tools-{harness}"]

@@ -1,5 +1,6 @@
 """benchmarks/merge_report.py on run directories written through the real trace store: the merge share per
-harness (next prompt starts with previous prompt + completion), segments, the baseline column, --json."""
+harness (next prompt starts with previous prompt + completion, as forge's sample builder decides it), segments,
+the baseline column, --json."""
 
 from __future__ import annotations
 
@@ -38,9 +39,11 @@ def _run_dir(tmp_path: Path, name: str, harness: str, rollouts: dict[str, list[t
         rows = []
         for seq, (prompt, completion) in enumerate(calls):
             record = CallRecord(rollout_id=rid, seq=seq, wire_format=wire, status="ok" if prompt else "upstream_error",
-                                prompt_token_ids=prompt or None, completion_token_ids=completion or None)
+                                prompt_token_ids=prompt or None, completion_token_ids=completion or None,
+                                completion_logprobs=[-0.5] * len(completion) if prompt else None)
             data = record.to_dict()
-            rows.append(tuple(json.dumps(data[f]) if f in ("prompt_token_ids", "completion_token_ids")
+            rows.append(tuple(json.dumps(data[f]) if f in ("prompt_token_ids", "completion_token_ids",
+                                                            "completion_logprobs")
                               and data[f] is not None else data[f] for f in CALL_FIELDS))
         insert_calls(conn, rows)
     conn.commit()
@@ -54,22 +57,24 @@ def test_merge_share_segments_and_baseline(tmp_path: Path, capsys: pytest.Captur
     react = _run_dir(tmp_path, "react", "react", {
         "r0": [([1, 2], [3]), ([1, 2, 3, 4], [5]), ([1, 2, 3, 4, 5, 6], [7])]})
     # other: one extension, one rewrite that keeps the previous prompt only, one fresh start (title call
-    # first), and a failed call without ids that breaks the chain
+    # first), and a failed call without ids: skipped, so the call after it still extends the one before it
     other = _run_dir(tmp_path, "other", "other", {
         "o0": [([9], [8]), ([1, 2], [3]), ([1, 2, 3, 6], [4]), ([1, 2, 3, 6, 9], [5])],
         "o1": [([1], [2]), ([], []), ([1, 2, 3], [4])]}, wire="responses")
     stats = mr.analyse([react, other])
-    assert stats["react"].merge_share == 1.0 and stats["react"].segments == 1 and stats["react"].calls == 3
-    st = stats["other"]
-    assert (st.rollouts, st.calls, st.calls_without_ids, st.transitions) == (2, 6, 1, 3)
-    assert st.merged == 1 and st.prompt_prefix == 2 and st.segments == 5
+    react_stats = stats["react"].stats
+    assert stats["react"].merge_share == 1.0 and react_stats.segments == 1 and react_stats.trainable == 3
+    st, figures = stats["other"], stats["other"].stats
+    assert (st.rollouts, figures.calls, figures.trainable, figures.transitions) == (2, 7, 6, 4)
+    assert figures.merged == 2 and figures.prompt_prefix == 3 and figures.segments == 4
+    assert figures.reasons == {"first": 2, "merged": 2, "prefix-mismatch": 2, "not-ok": 1}
     assert st.wire_formats == {"responses"}
 
     out = tmp_path / "report.json"
     assert mr.main([str(react), str(other), "--json", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "baseline" in table and "-67 pts" in table and "33%" in table
-    assert json.loads(out.read_text())["other"]["merge_share"] == pytest.approx(1 / 3)
+    assert "baseline" in table and "-50 pts" in table and "50%" in table and "6 (+1 not trainable)" in table
+    assert json.loads(out.read_text())["other"]["merge_share"] == pytest.approx(1 / 2)
 
 
 def test_without_the_baseline_harness_the_table_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

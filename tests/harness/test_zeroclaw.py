@@ -25,10 +25,10 @@ import pytest
 from pydantic import ValidationError
 
 from forge_cli.config.compose import compose
-from forge_cli.envs.registry import load_tasks
+from forge_cli.envs.source import load_tasks
 from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
 from tests.harness.zeroclaw_schema import ZeroClawConfig, check_references, mcp_servers_for_agent, parse_agent_argv
-from tests.helpers import forge
+from tests.helpers import EXAMPLE_TASKS, forge
 
 CONFIG = "/tmp/forge-home/.zeroclaw/config.toml"
 TRICKY = '-v "quoted" and $HOME, `ticks`\nsecond line'
@@ -56,7 +56,7 @@ def render(instruction: str = "Create hello.txt", tools: bool = False) -> tuple[
     exp = compose(["+harness=zeroclaw"]).experiment
     task_tools = None
     if tools:
-        (task,) = load_tasks(compose(["env.task_ids=[mail-reply]"]).experiment.env).tasks
+        (task,) = load_tasks(compose([f"env.path={EXAMPLE_TASKS}", "env.task_ids=[mail-reply]"]).experiment.env).tasks
         assert task.tools
         task_tools = ToolsContext(task.tools, TOOLS_URL, "ft-test-key")
     ctx = RolloutContext(rollout_id="task-0-abc123", proxy_url="http://127.0.0.1:8800", api_key="fk-test-key",
@@ -244,7 +244,7 @@ def test_rollout_without_a_binary_says_how_to_provide_it(tmp_path: Path) -> None
 
 def test_rollout_with_binary_path_installs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``harness.binary_path`` alone is enough: the run installs the bundle before anything starts."""
-    from forge_cli.rollout.run import ensure_bundle
+    from forge_cli.rollout.session import ensure_bundle
 
     monkeypatch.setenv("FORGE_HOME", str(tmp_path / "forge-home"))
     program = _stand_in(tmp_path)

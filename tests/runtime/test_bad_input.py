@@ -31,7 +31,7 @@ def test_unknown_runtime() -> None:
     with pytest.raises(UserError, match="unknown sandbox runtime 'podman'"):
         backend("podman")
     result = forge("sandbox", "cleanup", "-r", "podman")
-    assert result.returncode == 1 and "Traceback" not in result.stderr and "unknown runtime 'podman'" in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "unknown runtime 'podman'" in result.stderr
 
 
 def test_missing_bundle() -> None:

@@ -192,5 +192,5 @@ def test_missing_kube_context(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         run(kube.KubernetesSandbox.cleanup("x", RUNTIME))
     assert "no Kubernetes context" in info.value.message and "KUBECONFIG" in str(info.value.fix)
     result = forge("sandbox", "cleanup", "x", "-r", "kubernetes", env={"KUBECONFIG": str(tmp_path / "nope")})
-    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: no Kubernetes context") and "fix:" in result.stderr

@@ -13,7 +13,7 @@ from forge_cli.envs.task import Task
 from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
 from forge_cli.rollout.plan import build_plan
 from tests.golden import check_golden
-from tests.helpers import forge
+from tests.helpers import EXAMPLE_TASKS, forge
 
 GOLDEN = Path(__file__).parent / "golden"
 HARNESSES = sorted(group_options()["harness"])
@@ -132,17 +132,19 @@ def test_skill_caller_reaches_the_rest_face(mail_task: Task, tool_server: object
 
 
 def test_dry_run_shows_the_tool_server_and_rendered_config(mail_task: Task) -> None:
-    plan = build_plan(compose(["+harness=claude-code", "env.task_ids=[mail-reply]", "tools.port=8900"]).experiment)
+    plan = build_plan(compose(["+harness=claude-code", f"env.path={EXAMPLE_TASKS}", "env.task_ids=[mail-reply]",
+                               "tools.port=8900"]).experiment)
     (first, *_) = plan.rollouts
     assert first.tools is not None and first.tools["via"] == "mcp"
     assert first.tools["endpoint"] == f"http://127.0.0.1:8900/r/{first.rollout_id}/mcp"
     assert first.tools["tools"] == ["list_inbox", "read_email", "send_email"]
     assert "ft-****masked****" in first.config_files["$SANDBOX/home/.forge/mcp.json"]
-    result = forge("rollout", "--dry-run", "env.task_ids=[mail-reply]", "rollout.samples_per_task=1")
+    result = forge("rollout", "--dry-run", f"env.path={EXAMPLE_TASKS}", "env.task_ids=[mail-reply]",
+                   "rollout.samples_per_task=1")
     assert result.returncode == 0, result.stderr
     assert "task tools: list_inbox, read_email, send_email as a skill file" in result.stdout
     assert "http://127.0.0.1:$TOOLS_PORT/r/" in result.stdout and "SKILL.md" in result.stdout
-    plain = build_plan(compose(["env.task_ids=[hello-file]"]).experiment)
+    plain = build_plan(compose([f"env.path={EXAMPLE_TASKS}", "env.task_ids=[hello-file]"]).experiment)
     assert plain.rollouts[0].tools is None
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import EXAMPLE_TASKS
 from tests.rollout.test_rollout_run import NO_UPSTREAM, _results, _run, _script_harness
 
 pytestmark = pytest.mark.mitm
@@ -23,10 +24,16 @@ def _sourcing(tmp_path: Path, name: str, body: str) -> Path:
     return _script_harness(tmp_path, name, f". {tmp_path}/{name}.body.sh")
 
 
+# the harness sources its body from tmp_path on the host, which an isolated local sandbox cannot see
+# (tests/runtime/test_isolation.py): these tests are about the tool server, so their sandboxes are not isolated
+HOST_VISIBLE = "runtime.isolation=none"
+
+
 def test_tools_task_through_forge_rollout(tmp_path: Path) -> None:
     config_dir = _sourcing(tmp_path, "mailer", REPLY)
-    code, summary, stderr = _run(tmp_path, "+harness=mailer", NO_UPSTREAM, "proxy.port=0", "env.task_ids=[mail-reply]",
-                                 "rollout.samples_per_task=2", config_dir=config_dir)
+    code, summary, stderr = _run(tmp_path, "+harness=mailer", NO_UPSTREAM, "proxy.port=0", f"env.path={EXAMPLE_TASKS}",
+                                 "env.task_ids=[mail-reply]",
+                                 "rollout.samples_per_task=2", HOST_VISIBLE, config_dir=config_dir)
     assert code == 0, stderr
     results = _results(summary)
     assert len(results) == 2 and len({r["rollout_id"] for r in results}) == 2
@@ -42,8 +49,9 @@ def test_tools_task_through_forge_rollout(tmp_path: Path) -> None:
 
 def test_tools_task_unsolved_gets_reward_zero(tmp_path: Path) -> None:
     config_dir = _sourcing(tmp_path, "idler", f"{CALL} list_inbox")
-    code, summary, stderr = _run(tmp_path, "+harness=idler", NO_UPSTREAM, "proxy.port=0", "env.task_ids=[mail-reply]",
-                                 "rollout.samples_per_task=1", "tools.port=0", config_dir=config_dir)
+    code, summary, stderr = _run(tmp_path, "+harness=idler", NO_UPSTREAM, "proxy.port=0", f"env.path={EXAMPLE_TASKS}",
+                                 "env.task_ids=[mail-reply]",
+                                 "rollout.samples_per_task=1", "tools.port=0", HOST_VISIBLE, config_dir=config_dir)
     assert code == 0, stderr
     (result,) = _results(summary)
     assert result["status"] == "ok" and result["reward"] == 0.0 and result["tool_calls"] == 1
