@@ -169,6 +169,38 @@ def check_harness(exp: Experiment) -> list[Check]:
     return checks
 
 
+def check_verl(exp: Experiment) -> list[Check]:
+    """``trainer=verl``: veRL's environment (veRL 0.9.1, forge, vLLM, Ray) and the GPUs its workers need."""
+    from forge_cli.train.verl.launch import gpu_count
+    from forge_cli.train.verl.mapping import VERL_VERSION
+
+    where, setup = env_dir("verl"), "scripts/setup.sh verl"
+    version = _dist_version("verl", "verl")
+    checks = [Check("veRL environment", version == VERL_VERSION,
+                    f"verl {version} in {where}" if version else f"no veRL in {where}",
+                    "" if version == VERL_VERSION else f"{setup} (forge maps onto veRL {VERL_VERSION})")]
+    forge_in = _dist_version("verl", "forge_rl")
+    checks.append(Check("forge in veRL's environment", forge_in is not None,
+                        f"forge-rl {forge_in} (its agent loop runs in veRL's workers)" if forge_in else
+                        f"forge is not installed in {where}", "" if forge_in else setup))
+    for dist, why in (("ray", "veRL's workers"), ("vllm", "veRL's rollout replicas (CUDA build)")):
+        found = _dist_version("verl", dist)
+        checks.append(Check(f"{dist} in veRL's environment", found is not None,
+                            f"{dist} {found}" if found else f"no {dist} in {where} ({why})",
+                            "" if found else f"{where}/bin/pip install {dist} (on a GPU node: the version veRL "
+                            f"{VERL_VERSION} supports, see README 'veRL backend')"))
+    t = exp.trainer
+    if t.ray_address:
+        checks.append(Check("GPUs", True, f"on the Ray cluster {t.ray_address} (Ray places the workers)"))
+    else:
+        have = gpu_count()
+        checks.append(Check("GPUs", have >= t.n_gpus_per_node, f"{have} NVIDIA GPU(s) here (nvidia-smi), "
+                            f"trainer.n_gpus_per_node={t.n_gpus_per_node}",
+                            "" if have >= t.n_gpus_per_node else "run on a GPU node, or give trainer.ray_address"))
+    return checks
+
+
 def run_checks(exp: Experiment) -> list[Check]:
     """Every prerequisite of the experiment, in the order a user would fix them."""
-    return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp)]
+    verl = check_verl(exp) if exp.trainer.kind == "verl" else []
+    return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp), *verl]

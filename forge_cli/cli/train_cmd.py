@@ -30,10 +30,19 @@ def train(
     Writes metrics.jsonl, tensorboard/ and checkpoints/ (servable: forge serve/eval model=vllm model.path=CKPT) into
     the run directory besides what forge rollout writes. Ctrl-C or SIGTERM leaves a resumable run.
 
-    Examples: forge train trainer.steps=4 | forge train algo=dapo runtime=docker | forge train --resume runs/RUN
+    trainer=verl hands the same experiment to veRL 0.9.1 on GPUs (its own step loop, forge's harness rollouts as its
+    agent loop); --dry-run prints veRL's command line and which veRL key each forge option sets.
+
+    Examples: forge train trainer.steps=4 | forge train algo=dapo runtime=docker | forge train --resume runs/RUN |
+    forge train --dry-run trainer=verl trainer.n_gpus_per_node=1
     """
     exp, data = experiment("train", overrides, config_dir, resume)
     exp, data, fitted, context_note = _checked(exp, data, overrides, resume)
+    if exp.trainer.kind == "verl":
+        from forge_cli.cli.train_verl import train_verl
+
+        train_verl(fitted, data, resume=resume, dry_run=dry_run, as_json=as_json)
+        return
     if dry_run:
         from forge_cli.rollout.plan import build_plan
         from forge_cli.train.backend import backend_class
@@ -115,7 +124,7 @@ def _checked(exp: Experiment, data: dict[str, Any], overrides: list[str] | None,
     exp, data = group_size(exp, data, overrides)
     overlong_fits(exp)
     fitted, note = fit_context(exp)
-    if resume is not None:
+    if resume is not None and exp.trainer.kind == "local":
         resume_checkpoint_matches(fitted, resume)
     return exp, data, fitted, note
 

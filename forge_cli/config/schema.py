@@ -391,6 +391,8 @@ class TrainerConfig(Strict):
     n_gpus_per_node: Annotated[int, Field(ge=1)] = 1
     nnodes: Annotated[int, Field(ge=1)] = 1
     strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
+    # a Ray cluster to run on (RAY_ADDRESS, e.g. ray://head:10001); null: a local Ray on this machine's GPUs
+    ray_address: str | None = None
 
 
 # ---------------------------------------------------------------- top level

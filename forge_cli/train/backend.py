@@ -29,7 +29,7 @@ def backend_class(kind: str) -> type[TrainerBackend]:
 
     if kind not in BACKENDS:
         raise UserError(f"trainer '{kind}' is not a forge trainer backend here",
-                        fix="use trainer=local (veRL runs its own loop: forge train trainer=verl is not built yet)",
+                        fix="trainer=local (trainer=verl runs veRL's own loop: forge_cli/train/verl/launch.py)",
                         exit_code=2)
     return BACKENDS[kind]
 

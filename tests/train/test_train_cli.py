@@ -22,8 +22,7 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
     (["trainer.learning_rate=fast"], "learning_rate"),
     (["algo=nosuch"], "unknown option 'nosuch'"),
     (["--resume", "/nonexistent/run"], "is not a directory"),
-    (["trainer=verl"], "trainer 'verl'"),
-    (["--dry-run", "trainer=verl"], "trainer 'verl'"),
+    (["trainer=verl", "algo.dynamic_sampling=drop"], "dynamic_sampling=drop"),
     (["model=openai-compatible", "model.base_url=http://127.0.0.1:9/v1", "model.model=x", "proxy.upstream=http://127.0.0.1:9"],
      "cannot train"),
 ])

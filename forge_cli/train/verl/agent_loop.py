@@ -5,12 +5,13 @@ Registered through an agent-loop YAML (``actor_rollout_ref.rollout.agent.agent_l
 
     - name: forge_harness
       _target_: forge_cli.train.verl.agent_loop.ForgeHarnessAgentLoop
-      forge_overrides: [env=..., harness=react, runtime=docker]     # forge's experiment, as on the command line
+      forge_config: RUN_DIR/config.yaml          # forge's experiment (forge train trainer=verl writes both)
+      forge_rollouts_dir: RUN_DIR/rollouts       # each worker's rollout session writes its run directory here
 
 and chosen per dataset row (``agent_name``). A dataset row carries forge's task id (``forge_task_id``).
 
 Per worker process (veRL instantiates the class once per rollout; the session is shared): the forge experiment is
-composed once, its proxy's upstream is one of veRL's vLLM replicas (acquired from veRL's load balancer once per
+read once, its proxy's upstream is one of veRL's vLLM replicas (acquired from veRL's load balancer once per
 worker: every rollout of a worker goes to that replica), and a ``RolloutSession`` starts the capture proxy, tool
 server and services. Each ``run``: the proxy's weight version is veRL's ``global_steps`` (right in
 ``trainer.v1.trainer_mode=sync``, whose weight sync drains in-flight requests first; the async modes abort them
@@ -43,6 +44,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
@@ -62,25 +64,41 @@ class _Runtime:
     session: Any
     tasks: dict[str, Any]
     policy: Any
+    exp: Any
 
 
 _RUNTIME: _Runtime | None = None
 _LOCK = asyncio.Lock()
 
 
-def _start(overrides: list[str], upstream: str) -> _Runtime:
-    """Compose forge's experiment with the replica as the proxy's upstream and enter a rollout session."""
-    from forge_cli.config.compose import compose
+def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
+    """forge's experiment (the run's ``config.yaml``) with the replica as the proxy's upstream, its rollouts under
+    ``rollouts_dir``; the tasks of the train and eval splits by id; a rollout session entered."""
+    import httpx
+    import yaml
+
+    from forge_cli.config.schema import Experiment
     from forge_cli.envs.source import load_tasks
     from forge_cli.rollout.session import RolloutSession
     from forge_cli.train.step import sample_policy
 
-    composed = compose([*overrides, f"proxy.upstream={upstream}"])
-    exp = composed.experiment
+    data = yaml.safe_load(Path(config).read_text())
+    # veRL's replicas serve the model under its path: the harness must ask for that name
+    served = httpx.get(f"{upstream.rstrip('/')}/v1/models", timeout=60).json()["data"][0]["id"]
+    data["model"] = {**data.get("model", {}), "served_name": served}
+    data["proxy"] = {**data.get("proxy", {}), "upstream": upstream, "port": 0}
+    data["run"] = {**data.get("run", {}), "output_dir": rollouts_dir}
+    exp = Experiment.model_validate(data)
     taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose="train")
-    session = RolloutSession(exp, composed.data, taskset, lambda line: log.info("%s", line))
+    tasks = {t.id: t for t in taskset.tasks}
+    eval_env = exp.env.model_copy(update={"split": exp.trainer.eval_split, "task_ids": None, "max_tasks": None})
+    try:
+        tasks.update({t.id: t for t in load_tasks(eval_env, exp.trainer.eval_max_tasks, purpose="eval").tasks})
+    except Exception:
+        log.info("no eval split: validation rows are train tasks")
+    session = RolloutSession(exp, data, taskset, lambda line: log.info("%s", line))
     session.__enter__()
-    return _Runtime(session=session, tasks={t.id: t for t in taskset.tasks}, policy=sample_policy(exp))
+    return _Runtime(session=session, tasks=tasks, policy=sample_policy(exp), exp=exp)
 
 
 async def _replica(server_manager: Any) -> str:
@@ -95,17 +113,18 @@ async def _replica(server_manager: Any) -> str:
 class ForgeHarnessAgentLoop(AgentLoopBase):
     """One dataset row (a forge task) -> one forge rollout -> its segments as ``AgentLoopOutput``s (``[]``: dropped)."""
 
-    def __init__(self, *args: Any, forge_overrides: list[str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, forge_config: str = "", forge_rollouts_dir: str = "", **kwargs: Any) -> None:
         kwargs.pop("tools", None)  # veRL passes its own tool list; forge's tools come from the env
+        kwargs.pop("name", None)  # the registration's own name
         super().__init__(*args, **kwargs)
-        self.forge_overrides = [str(o) for o in (forge_overrides or [])]
+        self.forge_config, self.forge_rollouts_dir = str(forge_config), str(forge_rollouts_dir)
 
     async def _runtime(self) -> _Runtime:
         global _RUNTIME
         async with _LOCK:
             if _RUNTIME is None:
                 upstream = await _replica(self.server_manager)
-                _RUNTIME = await asyncio.to_thread(_start, self.forge_overrides, upstream)
+                _RUNTIME = await asyncio.to_thread(_start, self.forge_config, self.forge_rollouts_dir, upstream)
             return _RUNTIME
 
     async def run(self, sampling_params: dict[str, Any], **fields: Any) -> list[Any]:
@@ -113,6 +132,7 @@ class ForgeHarnessAgentLoop(AgentLoopBase):
         from forge_cli.rollout.runner import run_rollout
         from forge_cli.traces.store import iter_calls, open_store
         from forge_cli.train.samples import build_samples
+        from forge_cli.train.step import shape_overlong
 
         step = int(fields.get("global_steps", 0))
         task_id = str(fields["forge_task_id"])
@@ -137,8 +157,9 @@ class ForgeHarnessAgentLoop(AgentLoopBase):
             log.exception("forge rollout of task %s failed; dropped", task_id)
             FAILURES["exception"] += 1
             return []
-        built = build_samples(RunRollout(result, calls), max_seq_len=runtime.policy.max_seq_len,
-                              policy=runtime.policy)
+        # DAPO's overlong shaping on the reward, as forge's own loop does (forge sets veRL's reward_score)
+        shaped, _ = shape_overlong([RunRollout(result, calls)], runtime.exp)
+        built = build_samples(shaped[0], max_seq_len=runtime.policy.max_seq_len, policy=runtime.policy)
         if built.dropped is not None:
             FAILURES[built.dropped] += 1
             log.warning("forge rollout %s dropped: %s", job.rollout_id, built.dropped)
