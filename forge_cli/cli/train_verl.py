@@ -74,8 +74,15 @@ def train_verl(exp: Experiment, data: dict[str, Any], *, resume: Path | None, dr
         console.print(f"error: veRL exited with status {code} after {took} s; its log: {run_dir}/verl/main_ppo.log\n"
                       f"  continue from its last checkpoint with: forge train --resume {run_dir}", markup=False)
         raise typer.Exit(1)
+    from forge_cli.train.verl.checkpoints import actor_dir, merge
+
+    # the last checkpoint as a Hugging Face directory forge serves (forge model merge-verl does any other)
+    actor = actor_dir(run_dir)
+    merged = merge(actor, Path(plan.inputs.model_path), verl.verl_python(),
+                   backend="megatron" if exp.trainer.strategy == "megatron" else "fsdp")
     summary = {"run_dir": str(run_dir), "duration_s": took, "checkpoints": str(run_dir / "checkpoints"),
-               "tensorboard": str(run_dir / "tensorboard")}
+               "merged": str(merged), "tensorboard": str(run_dir / "tensorboard")}
     typer.echo(json.dumps(summary, indent=2) if as_json else
                f"veRL run finished in {took} s\n  run directory: {run_dir}\n  checkpoints: {run_dir}/checkpoints\n"
+               f"  last checkpoint merged: {merged} (forge serve model=vllm model.path={merged})\n"
                f"  tensorboard: tensorboard --logdir {run_dir}/tensorboard")
