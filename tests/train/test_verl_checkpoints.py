@@ -46,7 +46,8 @@ opt.step()
 cfg = OmegaConf.create({"save_contents": ["model", "optimizer", "extra"], "load_contents": ["model"]})
 FSDPCheckpointManager(model, opt, None, processing_class=tok, checkpoint_config=cfg).save_checkpoint(
     local_path=actor, global_step=1)
-full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.state_dict().items()}
+state = model.state_dict()
+full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in state.items()}
 torch.save(full, expected)
 dist.destroy_process_group()
 '''

@@ -227,3 +227,15 @@ def test_inputs_are_read_by_verl_dataset_and_registry(tmp_path: Path) -> None:
     assert (got["name"], got["class"]) == (mapping.AGENT_NAME, "ForgeHarnessAgentLoop")
     assert Path(got["forge_config"]) == tmp_path / "run-1" / "config.yaml"
     assert (tmp_path / "run-1" / "verl" / "command.sh").read_text().count("verl.trainer.main_ppo") == 1
+
+
+def test_no_verl_environment_is_one_message_exit_1(tmp_path: Path) -> None:
+    """A machine without veRL's environment must be fixed (exit 1), and doctor names the same fix."""
+    home = {"FORGE_HOME": str(tmp_path / "home")}
+    result = forge("train", "trainer=verl", "trainer.ray_address=ray://127.0.0.1:10001",
+                   f"run.output_dir={tmp_path / 'runs'}", env=home, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "veRL environment" in result.stderr and "scripts/setup.sh verl" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "runs").exists()
+    doctor = forge("doctor", "trainer=verl", env=home, timeout=300)
+    assert doctor.returncode == 1 and "no veRL in" in doctor.stdout and "scripts/setup.sh verl" in doctor.stdout
