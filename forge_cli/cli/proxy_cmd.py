@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -45,6 +46,10 @@ def proxy(
         "--upstream-timeout", min=1, help="Seconds to wait for the policy server's response headers.")] = 900.0,
     max_header_kb: Annotated[int, typer.Option(
         "--max-header-kb", min=1, help="Largest request header block accepted, in KiB.")] = 64,
+    admin_token_env: Annotated[str | None, typer.Option(
+        "--admin-token-env", help="Take the admin token from this environment variable (a deployment's secret) "
+        "instead of a new random one; forge runs using this proxy as proxy.url read the same variable.",
+        show_default=False)] = None,
 ) -> None:
     """Serve and record model calls at http://HOST:PORT/r/<rollout-id>/v1 until Ctrl-C."""
     from forge_cli.errors import UserError
@@ -56,11 +61,18 @@ def proxy(
     if port and not _bindable(host, port):
         raise UserError(f"port {port} on {host} is already in use", fix="pick another with --port P, or 0 for a "
                         "free one", exit_code=2)
+    token = None
+    if admin_token_env is not None:
+        token = os.environ.get(admin_token_env, "")
+        if len(token) < 16:
+            raise UserError(f"--admin-token-env {admin_token_env}: the variable is unset or shorter than 16 "
+                            "characters", fix=f"export {admin_token_env}=$(python3 -c 'import secrets; "
+                            "print(secrets.token_urlsafe(32))')", exit_code=2)
     handle = start_proxy(upstream, port=port, store=store, host=host, max_body_mb=max_body_mb,
                          max_output_tokens=max_output_tokens, weight_version=weight_version,
-                         upstream_timeout_s=upstream_timeout_s, max_header_kb=max_header_kb)
+                         upstream_timeout_s=upstream_timeout_s, max_header_kb=max_header_kb, admin_token=token)
     typer.echo(f"forge proxy listening at {handle.url}  (upstream: {', '.join(handle.upstreams)})")
-    typer.echo(f"  admin token: {handle.token_file}")
+    typer.echo(f"  admin token: {handle.token_file}" + (f" (= ${admin_token_env})" if admin_token_env else ""))
     typer.echo(f"  trace store: {handle.store}")
     typer.echo(f"  log:         {handle.log_file}")
     typer.echo(f"  register a rollout: curl -s -X POST -H \"authorization: Bearer $(cat {handle.token_file})\" "

@@ -434,12 +434,24 @@ class ProxySettings(Strict):
     max_header_kb: Annotated[int, Field(gt=0)] = 64
     upstream_timeout_s: Annotated[float, Field(gt=0)] = 900.0
     upstream: str | None = None
+    # a capture proxy forge did not start (another machine, a container, a cluster): forge registers rollouts with
+    # it and pulls their records into the run's store over its control API (null: forge starts its own)
+    url: str | None = None
+    # environment variable holding that proxy's admin token
+    admin_token_env: str = "FORGE_PROXY_TOKEN"
 
     @field_validator("upstream")
     @classmethod
     def _upstream(cls, value: str | None) -> str | None:
         if value is not None:
             upstream_urls(value)
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and len(upstream_urls(value)) != 1:
+            raise ValueError("one proxy URL (example: http://10.0.0.5:8080)")
         return value
 
 

@@ -6,6 +6,8 @@ POST /forge/v1/rollouts                  {"rollout_id"?, "task"?, "group_id"?, "
 POST /forge/v1/rollouts/<id>/finish      {"status"?} -> the rollout, once all its records are committed
 GET  /forge/v1/rollouts                  registered rollouts (this proxy run)
 GET  /forge/v1/rollouts/<id>/calls       the rollout's CallRecords from the store
+GET  /forge/v1/rollouts/<id>/rows?after=&limit=   a page of its rows exactly as stored (a remote forge copies them
+                                         into its run's store: forge_cli/proxy/client.py RemoteProxy)
 POST /forge/v1/pause | /forge/v1/resume  new model calls wait while paused; in-flight ones finish
 GET|PUT /forge/v1/weight_version         {"version": "..."} stamped on every record forwarded after it
 GET  /forge/v1/health                    liveness, upstream health, pause state (no token needed)
@@ -79,6 +81,8 @@ class Control:
                 return await self._finish(parts[1], payload)
             if parts[2] == "calls" and method == "GET":
                 return await self._calls(parts[1])
+            if parts[2] == "rows" and method == "GET":
+                return await self._rows(parts[1], path)
         if route in ("pause", "resume") and method == "POST":
             self.registry.paused = route == "pause"
             if route == "resume":
@@ -128,6 +132,34 @@ class Control:
         self._emit(rollout_id, {"status": rollout.status, "finished": rollout.finished})
         committed = await self.sink.wait_committed()
         return _json(200 if committed else 503, {**rollout.public(), "committed": committed})
+
+    async def _rows(self, rollout_id: str, path: str) -> Reply:
+        from urllib.parse import parse_qs, urlsplit
+
+        query = parse_qs(urlsplit(path).query)
+        try:
+            after = int(query.get("after", ["0"])[0])
+            limit = int(query.get("limit", ["64"])[0])
+        except ValueError:
+            return _error(400, "rows: after and limit must be integers")
+        if after < 0 or not 1 <= limit <= 1000:
+            return _error(400, "rows: after >= 0 and 1 <= limit <= 1000")
+        if not await self.sink.wait_committed():
+            return _error(503, "the store writer has not committed this rollout's calls yet")
+
+        def read() -> tuple[list[tuple[Any, ...]], int | None]:
+            from forge_cli.traces import store
+
+            conn = store.open_store(self.store_path, readonly=True)
+            try:
+                return store.call_rows(conn, rollout_id, after, limit)
+            finally:
+                conn.close()
+
+        from forge_cli.traces.store import CALL_FIELDS
+
+        rows, cursor = await asyncio.to_thread(read)
+        return _json(200, {"rollout_id": rollout_id, "columns": list(CALL_FIELDS), "rows": rows, "next": cursor})
 
     async def _calls(self, rollout_id: str) -> Reply:
         if not await self.sink.wait_committed():

@@ -1,7 +1,8 @@
 """Start forge's capture proxy (``main.py``: mitmproxy's core + forge's addon) as a child process; talk to its API.
 
-``start_proxy(...)`` returns a ``ProxyHandle`` (url, admin token, store path, register/finish/calls,
-pause/resume, weight version, stop). ``forge proxy``, ``forge rollout`` and the tests use it.
+``start_proxy(...)`` returns a ``ProxyHandle``: the control API of ``client.ProxyClient`` (register/finish/calls,
+pause/resume, weight version) plus the store path, the child process and ``stop``. ``forge proxy``, ``forge rollout``
+and the tests use it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from forge_cli.errors import UserError
 from forge_cli.paths import env_dir, forge_home
 from forge_cli.procs import die_with_parent
+from forge_cli.proxy.client import ProxyClient
 
 # forge's package, wherever it is installed (a checkout, or site-packages from a wheel)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -98,58 +100,14 @@ def upstream_context(url: str, timeout: float = 3.0) -> int:
 
 
 @dataclass
-class ProxyHandle:
-    """A running proxy: its URL, admin token, store and child process."""
+class ProxyHandle(ProxyClient):
+    """A proxy forge started: its control API (``ProxyClient``) plus its store, token file and child process."""
 
-    url: str
-    admin_token: str
     store: Path
     token_file: Path
     log_file: Path
     process: subprocess.Popen[bytes]
     upstreams: list[str] = field(default_factory=list)
-
-    def _client(self) -> Any:
-        import httpx
-
-        return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self.admin_token}"}, timeout=60)
-
-    def _call(self, method: str, path: str, json: Any = None) -> Any:
-        with self._client() as client:
-            resp = client.request(method, "/forge/v1/" + path, json=json)
-        if resp.status_code >= 400:
-            raise RuntimeError(f"proxy control {method} {path}: {resp.status_code} {resp.text}")
-        return resp.json() if resp.headers.get("content-type", "").startswith("application/json") else resp.text
-
-    def register(self, rollout_id: str | None = None, **info: Any) -> dict[str, Any]:
-        """Register a rollout; the answer holds ``key`` and ``base_url`` (``…/r/<id>``, add ``/v1`` for OpenAI)."""
-        data = self._call("POST", "rollouts", {"rollout_id": rollout_id, **info})
-        data["base_url"] = f"{self.url}/r/{data['rollout_id']}"
-        return dict(data)
-
-    def finish(self, rollout_id: str, status: str = "finished") -> dict[str, Any]:
-        return dict(self._call("POST", f"rollouts/{rollout_id}/finish", {"status": status}))
-
-    def calls(self, rollout_id: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"rollouts/{rollout_id}/calls")["calls"])
-
-    def rollouts(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "rollouts")["rollouts"])
-
-    def pause(self) -> None:
-        self._call("POST", "pause")
-
-    def resume(self) -> None:
-        self._call("POST", "resume")
-
-    def set_weight_version(self, version: str) -> None:
-        self._call("PUT", "weight_version", {"version": version})
-
-    def metrics(self) -> str:
-        return str(self._call("GET", "metrics"))
-
-    def health(self) -> dict[str, Any]:
-        return dict(self._call("GET", "health"))
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -186,11 +144,13 @@ def start_proxy(
     sampling: dict[str, Any] | None = None,
     ready_timeout_s: float = 30.0,
     extra_args: list[str] | None = None,
+    admin_token: str | None = None,
 ) -> ProxyHandle:
     """Run mitmdump in reverse mode with forge's addon, bound to ``host`` (loopback), and wait until it serves.
 
     ``max_output_tokens=None`` reads the first upstream's context length from ``/v1/models``. ``sampling`` (e.g.
-    ``{"temperature": 0.3}``) replaces the harness's sampling parameters on every call.
+    ``{"temperature": 0.3}``) replaces the harness's sampling parameters on every call. ``admin_token`` (e.g. from a
+    deployment's secret) instead of a new random one.
     """
     from forge_cli.config.schema import upstream_urls
 
@@ -213,7 +173,7 @@ def start_proxy(
     except OSError as exc:
         raise UserError(f"trace store {store_path}: cannot create its directory ({exc.strerror or exc})",
                         fix="give a path in a writable directory", exit_code=2 if store else 1) from None
-    token = secrets.token_urlsafe(32)
+    token = admin_token or secrets.token_urlsafe(32)
     token_file = store_path.with_name(store_path.name + f".{port}.admin-token")
     token_file.touch(mode=0o600)
     token_file.write_text(token + "\n")

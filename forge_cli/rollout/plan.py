@@ -204,6 +204,14 @@ def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "r
         tasks={"split": taskset.split, "source": taskset.note},
         num_tasks=n_tasks, samples_per_task=exp.rollout.samples_per_task,
         num_rollouts=n_tasks * exp.rollout.samples_per_task, concurrency=exp.rollout.concurrency,
-        upstream=upstream_url(exp), proxy=f"{exp.proxy.host}:{exp.proxy.port} (sandboxes use {endpoint.url})",
+        upstream=upstream_url(exp), proxy=_proxy_line(exp, endpoint.url),
         rollouts=rollouts, warnings=warnings, sampling=exp.rollout.sampling.overrides(),
     )
+
+
+def _proxy_line(exp: Experiment, sandbox_url: str) -> str:
+    """The plan's capture-proxy line: forge's own (where it listens), or one it did not start (``proxy.url``)."""
+    if exp.proxy.url:
+        return (f"{exp.proxy.url}, not started by forge (records pulled into the run's store; sandboxes use "
+                f"{sandbox_url})")
+    return f"{exp.proxy.host}:{exp.proxy.port} (sandboxes use {sandbox_url})"

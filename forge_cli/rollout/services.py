@@ -63,6 +63,9 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path,
     replaces the harness's sampling parameters on every call."""
     from forge_cli.proxy.launcher import free_port, start_proxy
 
+    if exp.proxy.url:
+        yield remote_proxy(exp, store)
+        return
     port = exp.proxy.port
     check_proxy_port(exp)
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
@@ -78,6 +81,18 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path,
         yield handle, proxy_endpoint(exp, int(handle.url.rsplit(":", 1)[1]))
     finally:
         handle.stop()
+
+
+def remote_proxy(exp: Experiment, store: Path) -> tuple[Any, ProxyEndpoint]:
+    """``proxy.url``: the proxy forge did not start, checked (it answers, it takes the token), and the endpoint the
+    run's sandboxes use for it."""
+    import os
+
+    from forge_cli.proxy.client import connect
+
+    assert exp.proxy.url is not None
+    token_env = exp.proxy.admin_token_env
+    return connect(exp.proxy.url, os.environ.get(token_env), token_env, store), proxy_endpoint(exp)
 
 
 @contextlib.contextmanager

@@ -36,7 +36,15 @@ def group_id(run_id: str, task_id: str, step: int) -> str:
 
 
 def proxy_endpoint(exp: Experiment, port: int | None = None) -> ProxyEndpoint:
-    """The capture proxy as the run's sandboxes reach it (``port``: where it listens; default proxy.port)."""
+    """The capture proxy as the run's sandboxes reach it (``port``: where forge's own listens; default proxy.port).
+    A proxy forge did not start (``proxy.url``) is reached at its own address, or where the runtime says (a pod
+    reaches an in-cluster proxy by its Service)."""
+    if exp.proxy.url:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(exp.proxy.url)
+        return backend(exp.runtime.kind).proxy_endpoint(
+            exp.runtime, str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80))
     return backend(exp.runtime.kind).proxy_endpoint(exp.runtime, exp.proxy.advertise_host,
                                                     exp.proxy.port if port is None else port)
 

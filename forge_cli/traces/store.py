@@ -47,6 +47,24 @@ def insert_calls(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     conn.executemany(_INSERT, rows)
 
 
+def call_rows(conn: sqlite3.Connection, rollout_id: str, after: int = 0, limit: int = 64
+              ) -> tuple[list[tuple[Any, ...]], int | None]:
+    """A page of the rollout's rows exactly as stored (``CALL_FIELDS`` order, JSON columns as text) after row id
+    ``after``, and the cursor of the next page (None at the end)."""
+    fetched = conn.execute("SELECT id, " + ", ".join(CALL_FIELDS) + " FROM calls WHERE rollout_id = ? AND id > ? "
+                           "ORDER BY id LIMIT ?", (rollout_id, after, limit + 1)).fetchall()
+    page = fetched[:limit]
+    rows = [tuple(row)[1:] for row in page]
+    return rows, (int(page[-1][0]) if len(fetched) > limit else None)
+
+
+def replace_calls(conn: sqlite3.Connection, rollout_id: str, rows: list[tuple[Any, ...]]) -> None:
+    """The rollout's rows replaced by ``rows`` (``CALL_FIELDS`` order; a copy pulled again stays one copy); the
+    caller commits."""
+    conn.execute("DELETE FROM calls WHERE rollout_id = ?", (rollout_id,))
+    insert_calls(conn, rows)
+
+
 def upsert_rollout(conn: sqlite3.Connection, info: dict[str, Any]) -> None:
     """Create or update a rollout's metadata row (fields left out keep their value)."""
     conn.execute("INSERT OR IGNORE INTO rollouts (rollout_id, created) VALUES (?, ?)",
