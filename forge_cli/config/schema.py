@@ -434,11 +434,15 @@ class ProxySettings(Strict):
     max_header_kb: Annotated[int, Field(gt=0)] = 64
     upstream_timeout_s: Annotated[float, Field(gt=0)] = 900.0
     upstream: str | None = None
-    # a capture proxy forge did not start (another machine, a container, a cluster): forge registers rollouts with
-    # it and pulls their records into the run's store over its control API (null: forge starts its own)
+    # capture proxies forge did not start (another machine, a container, a cluster), comma-separated for several
+    # replicas: forge registers rollouts with them and pulls their records into the run's store over their control
+    # API (null: forge starts its own)
     url: str | None = None
-    # environment variable holding that proxy's admin token
+    # environment variable holding that proxy's admin token (the same for every replica)
     admin_token_env: str = "FORGE_PROXY_TOKEN"
+    # local proxy processes forge starts, each rollout on one of them (the fewest in flight; a replica that dies
+    # takes only its own rollouts down, as infra errors)
+    replicas: Annotated[int, Field(ge=1, le=64)] = 1
 
     @field_validator("upstream")
     @classmethod
@@ -450,9 +454,16 @@ class ProxySettings(Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and len(upstream_urls(value)) != 1:
-            raise ValueError("one proxy URL (example: http://10.0.0.5:8080)")
+        if value is not None:
+            upstream_urls(value)
         return value
+
+    @model_validator(mode="after")
+    def _one_kind_of_replicas(self) -> ProxySettings:
+        if self.url is not None and self.replicas != 1:
+            raise ValueError("proxy.replicas starts local proxies; with proxy.url list the replicas' URLs instead "
+                             "(proxy.url=http://a:8080,http://b:8080)")
+        return self
 
 
 class ToolServerSettings(Strict):

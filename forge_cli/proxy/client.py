@@ -28,6 +28,10 @@ class ProxyError(RuntimeError):
         self.status = status
 
 
+class ProxyUnreachable(ProxyError):
+    """The proxy did not answer at all (connection refused or reset, timeout): it is gone."""
+
+
 @dataclass
 class ProxyClient:
     """The control API of the proxy at ``url`` with its admin token."""
@@ -42,8 +46,13 @@ class ProxyClient:
                             timeout=timeout)
 
     def _call(self, method: str, path: str, json: Any = None, params: dict[str, Any] | None = None) -> Any:
-        with self._client() as client:
-            resp = client.request(method, "/forge/v1/" + path, json=json, params=params)
+        import httpx
+
+        try:
+            with self._client() as client:
+                resp = client.request(method, "/forge/v1/" + path, json=json, params=params)
+        except httpx.TransportError as exc:
+            raise ProxyUnreachable(f"proxy control {method} {path}: {self.url} does not answer ({exc})", 0) from exc
         if resp.status_code >= 400:
             raise ProxyError(f"proxy control {method} {path}: {resp.status_code} {resp.text}", resp.status_code)
         return resp.json() if resp.headers.get("content-type", "").startswith("application/json") else resp.text

@@ -214,4 +214,7 @@ def _proxy_line(exp: Experiment, sandbox_url: str) -> str:
     if exp.proxy.url:
         return (f"{exp.proxy.url}, not started by forge (records pulled into the run's store; sandboxes use "
                 f"{sandbox_url})")
+    if exp.proxy.replicas > 1:
+        return (f"{exp.proxy.replicas} local replicas on {exp.proxy.host} (each rollout on the one with the fewest in "
+                f"flight; records pulled into the run's store; sandboxes use {sandbox_url} and the others' ports)")
     return f"{exp.proxy.host}:{exp.proxy.port} (sandboxes use {sandbox_url})"

@@ -17,6 +17,7 @@ from forge_cli.envs.source import SetupError, TaskSource
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, new_reward_dir, run_verifier
 from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
+from forge_cli.proxy.client import ProxyUnreachable
 from forge_cli.rollout import tamper
 from forge_cli.rollout.result import RolloutResult, Status, ending_status
 from forge_cli.rollout.spec import build_spec, task_workdir
@@ -135,7 +136,8 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         service_urls = await ctx.services.start_rollout(job.rollout_id, log_dir) if ctx.services else {}
         # sandbox paths as in a container; the local backend maps them to its own directories
         invocation = prepare(exp.harness, exp.model, RolloutContext(
-            rollout_id=job.rollout_id, proxy_url=ctx.endpoint.url, api_key=str(info["key"]),
+            rollout_id=job.rollout_id, proxy_url=str(info.get("sandbox_url") or ctx.endpoint.url),
+            api_key=str(info["key"]),
             instruction=task.instruction, workdir=task_workdir(exp, task), home=SANDBOX_HOME,
             bundle=exp.runtime.bundle_mount, tools=tools))
         spec = build_spec(exp, ctx.run_id, job.rollout_id, task, {**invocation.env, **url_env(service_urls)},
@@ -206,12 +208,28 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                 result.tool_calls = int(result.tools.get("calls", 0))
         if registered:
             # the calls first: they can change the status the proxy is told (ending_status)
-            with contextlib.suppress(Exception):
+            try:
                 _apply_calls(result, await asyncio.to_thread(ctx.proxy.calls, job.rollout_id))
-            with contextlib.suppress(Exception):
+            except ProxyUnreachable as exc:  # its proxy (replica) died: what the harness did says nothing
+                _proxy_lost(result, exc)
+            except Exception:  # a record that cannot be read leaves the counts at 0
+                pass
+            try:
                 await asyncio.to_thread(ctx.proxy.finish, job.rollout_id, result.status)
+            except ProxyUnreachable as exc:
+                _proxy_lost(result, exc)
+            except Exception:  # the rollout's own result stands
+                pass
         result.durations["total"] = round(time.monotonic() - started, 3)
     return result
+
+
+def _proxy_lost(result: RolloutResult, exc: Exception) -> None:
+    """The rollout's capture proxy stopped answering: an infra error (never scored or trained on)."""
+    why = f"its capture proxy stopped answering: {exc}"
+    result.error = f"{why}\n{result.error}" if result.error else why
+    result.status = "infra_error"
+    result.reward = result.passed = None
 
 
 def _apply_calls(result: RolloutResult, calls: list[dict[str, Any]]) -> None:

@@ -66,6 +66,10 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path,
     if exp.proxy.url:
         yield remote_proxy(exp, store)
         return
+    if exp.proxy.replicas > 1:
+        with local_replicas(exp, upstream, store, sampling) as sharded:
+            yield sharded, sharded.replicas[0].endpoint
+        return
     port = exp.proxy.port
     check_proxy_port(exp)
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
@@ -84,15 +88,51 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path,
 
 
 def remote_proxy(exp: Experiment, store: Path) -> tuple[Any, ProxyEndpoint]:
-    """``proxy.url``: the proxy forge did not start, checked (it answers, it takes the token), and the endpoint the
-    run's sandboxes use for it."""
+    """``proxy.url``: the proxies forge did not start, each checked (it answers, it takes the token), and the
+    endpoint the run's sandboxes use (several URLs: a ``ShardedProxy``, each rollout on one of them)."""
     import os
 
+    from forge_cli.config.schema import upstream_urls
     from forge_cli.proxy.client import connect
+    from forge_cli.proxy.shards import Replica, ShardedProxy
 
     assert exp.proxy.url is not None
     token_env = exp.proxy.admin_token_env
-    return connect(exp.proxy.url, os.environ.get(token_env), token_env, store), proxy_endpoint(exp)
+    urls = upstream_urls(exp.proxy.url)
+    remotes = [connect(url, os.environ.get(token_env), token_env, store) for url in urls]
+    if len(remotes) == 1:
+        return remotes[0], proxy_endpoint(exp)
+    endpoints = [proxy_endpoint(exp, url=url) for url in urls]
+    return ShardedProxy([Replica(r, e) for r, e in zip(remotes, endpoints, strict=True)]), endpoints[0]
+
+
+@contextlib.contextmanager
+def local_replicas(exp: Experiment, upstream: str, store: Path,
+                   sampling: dict[str, Any] | None) -> Iterator[Any]:
+    """``proxy.replicas`` local proxies (consecutive ports from ``proxy.port``, or free ones), each with its own
+    store file under ``proxy/`` beside ``store``, as one ``ShardedProxy`` pulling into ``store``."""
+    from forge_cli.proxy.client import RemoteProxy
+    from forge_cli.proxy.launcher import free_port, start_proxy
+    from forge_cli.proxy.shards import Replica, ShardedProxy
+
+    check_proxy_port(exp)
+    replicas: list[Replica] = []
+    sharded: ShardedProxy | None = None
+    try:
+        for index in range(exp.proxy.replicas):
+            port = exp.proxy.port + index if exp.proxy.port else free_port(exp.proxy.host)
+            handle = start_proxy(upstream, port=port, store=store.parent / "proxy" / f"replica-{index}.sqlite",
+                                 host=exp.proxy.host, max_body_mb=exp.proxy.max_body_mb,
+                                 max_header_kb=exp.proxy.max_header_kb, upstream_timeout_s=exp.proxy.upstream_timeout_s,
+                                 max_output_tokens=exp.model.max_output_tokens, model=exp.model.served_name,
+                                 sampling=sampling, ready_timeout_s=PROXY_READY_S)
+            handle.token_file.unlink(missing_ok=True)
+            replicas.append(Replica(RemoteProxy(url=handle.url, admin_token=handle.admin_token, store=store),
+                                    proxy_endpoint(exp, port), local_store=handle.store, stop=handle.stop))
+        sharded = ShardedProxy(replicas)
+        yield sharded
+    finally:
+        ShardedProxy(replicas).stop() if sharded is None else sharded.stop()
 
 
 @contextlib.contextmanager
