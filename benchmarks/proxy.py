@@ -10,6 +10,11 @@ over direct at 1 connection), CPU per request of mitmdump (bare vs with forge's 
 store writer process (robust to a busy machine, unlike req/s), and checks that every answered forge
 call is in the store.
 
+``--replicas N`` measures forge's proxy as N replicas instead (``proxy.replicas``): the connections spread evenly
+over them, per-replica throughput and CPU per call (proxy loop + store writer) and the total; on a machine with
+cores to spare the total grows with N, on this 2-core machine it cannot (docs/scale.md derives replica counts from
+the per-call CPU). The temporary stores are removed at the end either way.
+
 A fourth setup, ``core``, is forge's own proxy process without forge's addon (``forge_cli.proxy.main
 --core-only``: mitmproxy's proxy core with the few addons forge loads instead of mitmdump's ~35): forge
 minus core is what the addon itself costs; core minus direct is what mitmproxy's core costs here.
@@ -22,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -109,13 +115,77 @@ def main() -> int:
     ap.add_argument("--requests", default="3000,8000,9000", help="requests per run, one per concurrency")
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--replicas", type=int, default=None, help="measure N forge proxy replicas instead (N >= 1)")
     args = ap.parse_args()
     conns = [int(c) for c in args.conns.split(",")]
     totals = [int(n) for n in args.requests.split(",")]
     if len(totals) == 1:
         totals *= len(conns)
-
+    if args.replicas is not None and args.replicas < 1:
+        ap.error("--replicas must be 1 or more")
     tmp = Path(tempfile.mkdtemp(prefix="forge-proxy-bench-"))
+    try:
+        if args.replicas:
+            return _replicas(args.replicas, conns, totals, args.warmup, tmp, args.json)
+        return _compare(args, conns, totals, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the store of a long run is hundreds of MB
+
+
+async def _spread(targets: list[tuple[int, str, str]], conns: int, total: int) -> list[dict[str, Any]]:
+    """The connections and requests split evenly over ``targets``, all at once."""
+    share = max(1, conns // len(targets))
+    return list(await asyncio.gather(*[_run(port, path, key, share, total // len(targets))
+                                       for port, path, key in targets]))
+
+
+def _replicas(n: int, conns: list[int], totals: list[int], warmup: int, tmp: Path, out: Path | None) -> int:
+    up_port = free_port()
+    upstream = subprocess.Popen([sys.executable, str(ROOT / "tests/proxy/fake_upstream.py"), str(up_port)])
+    proxies = []
+    summary: dict[str, Any] = {"replicas": n, "runs": []}
+    try:
+        _wait_port(up_port)
+        proxies = [start_proxy(f"http://127.0.0.1:{up_port}", store=tmp / f"replica-{i}.sqlite", max_output_tokens=0)
+                   for i in range(n)]
+        rollouts = [p.register(task="benchmark") for p in proxies]
+        targets = [(int(p.url.rsplit(":", 1)[1]), f"/r/{r['rollout_id']}/v1/chat/completions", r["key"])
+                   for p, r in zip(proxies, rollouts, strict=True)]
+        asyncio.run(_spread(targets, 4 * n, warmup * n))
+        answered = warmup * n
+        pids = [[p.process.pid, *_children(p.process.pid)] for p in proxies]
+        for n_conns, total in zip(conns, totals, strict=True):
+            before = [sum(_cpu_s(q) for q in group) for group in pids]
+            started = time.perf_counter()
+            runs = asyncio.run(_spread(targets, n_conns, total))
+            wall = time.perf_counter() - started
+            cpu = [(sum(_cpu_s(q) for q in group) - b) / max(1, r["requests"]) * 1e6
+                   for group, b, r in zip(pids, before, runs, strict=True)]
+            done = sum(r["requests"] - r["errors"] for r in runs)
+            answered += done
+            for i, (r, c) in enumerate(zip(runs, cpu, strict=True)):
+                print(f"replica {i}  conns={max(1, n_conns // n):<3} {r['rps']:8.0f} req/s  p50 {r['p50_ms']:6.2f} ms  "
+                      f"cpu/call {c:5.0f} us (proxy + writer)  errors {r['errors']}", flush=True)
+            print(f"total     conns={n_conns:<3} {done / wall:8.0f} req/s over {n} replica(s)", flush=True)
+            summary["runs"].append({"conns": n_conns, "total_rps": done / wall, "replicas": runs,
+                                    "cpu_us_per_call": cpu})
+        stored = 0
+        for p, r in zip(proxies, rollouts, strict=True):
+            p.finish(r["rollout_id"])
+            with contextlib.closing(sqlite3.connect(p.store)) as conn:
+                stored += conn.execute("SELECT COUNT(*) FROM calls WHERE status = 'ok'").fetchone()[0]
+    finally:
+        for p in proxies:
+            p.stop()
+        upstream.terminate()
+    summary.update({"answered": answered, "stored": stored, "lost": answered - stored})
+    print(f"records: {answered} answered, {stored} stored, lost {answered - stored}")
+    if out:
+        out.write_text(json.dumps(summary, indent=2))
+    return 0 if answered == stored else 1
+
+
+def _compare(args: argparse.Namespace, conns: list[int], totals: list[int], tmp: Path) -> int:
     up_port, bare_port, core_port = free_port(), free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests/proxy/fake_upstream.py"), str(up_port)])
     bare = subprocess.Popen([str(mitmdump_path()), "--mode", f"reverse:http://127.0.0.1:{up_port}@127.0.0.1:{bare_port}",
