@@ -150,6 +150,7 @@ def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "r
         from forge_cli.serve.prepare import model_path
 
         model_path(exp.model)  # a model.path the user gave must exist (exit 2), dry run or not
+    backend(exp.runtime.kind).check_proxy(exp.runtime, exp.proxy.url)
     taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose=purpose)
     endpoint = proxy_endpoint(exp)
     sandbox_backend = backend(exp.runtime.kind)

@@ -105,6 +105,7 @@ class RolloutSession:
             self.say(context_note)
         exp = self.exp
         check_proxy_port(exp)  # before the policy server's minute of start-up, not after it
+        backend(exp.runtime.kind).check_proxy(exp.runtime, exp.proxy.url)
         ensure_bundle(exp)
         # e.g. local sandboxes without isolation: printed on stderr now, kept in the run directory below
         warnings = backend(exp.runtime.kind).preflight(exp.runtime, self.run_id)

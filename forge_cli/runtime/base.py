@@ -279,6 +279,13 @@ class Sandbox(abc.ABC):
         return ProxyEndpoint(advertise_host, port)
 
     @classmethod
+    def check_proxy(cls, runtime: Any, proxy_url: str | None) -> None:
+        """Whether this backend's sandboxes can reach the run's capture proxy: forge's own local one
+        (``proxy_url`` None) or the one at ``proxy_url``; UserError (exit 2) with the fix when they cannot.
+        Local and docker sandboxes reach either (host networking)."""
+        return None
+
+    @classmethod
     def preflight(cls, runtime: Any, run_id: str = "") -> list[str]:
         """Checked once before a run's sandboxes start: warnings the run should record (printed already), or a
         UserError when the backend cannot run as configured."""

@@ -98,6 +98,9 @@ def network_policy(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, A
 
 
 CONTROLLER_ACCOUNT = "forge"
+# the in-cluster proxy's admin token: Secret name/key and the variable it reaches the proxy (and forge) in
+PROXY_TOKEN_SECRET = "forge-proxy-token"
+PROXY_TOKEN_ENV = "FORGE_PROXY_TOKEN"
 
 
 def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
@@ -105,7 +108,8 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
 
     The namespace; the sandbox service account (no API permissions, token not mounted); forge's own
     service account with a Role for exactly what the backend calls (pods, pods/exec, pods/log,
-    networkpolicies); and the capture proxy as a Deployment + Service that sandboxes reach.
+    networkpolicies); and the capture proxy as a Deployment + Service that sandboxes reach, its admin token from
+    the Secret ``forge-proxy-token`` (key ``token``) that the user creates.
     """
     ns = runtime.namespace
     app = {"app.kubernetes.io/name": runtime.proxy_service, "app.kubernetes.io/part-of": "forge"}
@@ -145,7 +149,11 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
                          "image": runtime.proxy_image,
                          "imagePullPolicy": runtime.image_pull_policy,
                          "command": [*runtime.proxy_command, "--upstream", runtime.proxy_upstream, "--host", "0.0.0.0",
-                                     "--port", str(runtime.proxy_port)],
+                                     "--port", str(runtime.proxy_port), "--admin-token-env", PROXY_TOKEN_ENV],
+                         # the admin token forge presents (proxy.url through a port-forward): a Secret the user
+                         # creates, never in these manifests (README "Kubernetes")
+                         "env": [{"name": PROXY_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+                             "name": PROXY_TOKEN_SECRET, "key": "token"}}}],
                          "ports": [{"name": "proxy", "containerPort": runtime.proxy_port, "protocol": "TCP"}],
                          "readinessProbe": {"tcpSocket": {"port": runtime.proxy_port}, "periodSeconds": 2},
                          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},

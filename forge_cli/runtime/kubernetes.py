@@ -172,6 +172,22 @@ class KubernetesSandbox(ContainerSandbox):
         return KubernetesRuntime(kind="kubernetes", description="kubernetes sandboxes")
 
     @classmethod
+    def check_proxy(cls, runtime: Any, proxy_url: str | None) -> None:
+        # pods call the in-cluster proxy Service: a proxy forge starts here would hold other rollout keys (every pod
+        # call a 401) and never see their records
+        if proxy_url is None:
+            from forge_cli.errors import UserError
+
+            raise UserError(
+                "runtime=kubernetes: the pods call the in-cluster capture proxy "
+                f"({runtime.proxy_service}.{runtime.namespace}.svc:{runtime.proxy_port}), so forge must register the "
+                "rollouts there and read their records from it: set proxy.url to that proxy as this machine reaches it",
+                fix=f"kubectl -n {runtime.namespace} port-forward svc/{runtime.proxy_service} "
+                    f"{runtime.proxy_port}:{runtime.proxy_port} & then proxy.url=http://127.0.0.1:{runtime.proxy_port} "
+                    "with FORGE_PROXY_TOKEN set to the forge-proxy-token Secret's token (README 'Kubernetes')",
+                exit_code=2)
+
+    @classmethod
     def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int) -> ProxyEndpoint:
         # pods reach the in-cluster proxy Service
         return ProxyEndpoint(f"{runtime.proxy_service}.{runtime.namespace}.svc", runtime.proxy_port)

@@ -31,8 +31,10 @@ def _empty_forge_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(("harness", "env", "runtime", "trainer"), COMBOS, ids=["-".join(c) for c in COMBOS])
 def test_every_combination_plans(harness: str, env: str, runtime: str, trainer: str) -> None:
     # auto_context: the harnesses whose own first prompt exceeds the default context are served a longer one
+    # kubernetes pods call the in-cluster proxy: forge reaches it at proxy.url (a port-forward)
+    remote = ["proxy.url=http://127.0.0.1:8800"] if runtime == "kubernetes" else []
     exp = compose([f"+harness={harness}", f"+env={env}", f"runtime={runtime}", f"trainer={trainer}",
-                   "model.auto_context=true"]).experiment
+                   "model.auto_context=true", *remote]).experiment
     if env != "builtin":
         # an env with nothing to run (no checkout configured, or its adapter not built) says so: exit 2, no plan
         with pytest.raises(UserError) as raised:
@@ -75,8 +77,17 @@ def test_rendered_harness_config_golden(harness: str) -> None:
     assert "http://127.0.0.1:8800/r/task-0-abc123" in text
 
 
+def test_kubernetes_without_the_in_cluster_proxy_is_refused() -> None:
+    exp = compose(["runtime=kubernetes"]).experiment
+    with pytest.raises(UserError) as raised:
+        build_plan(exp)
+    assert raised.value.exit_code == 2 and "proxy.url" in raised.value.message
+    assert raised.value.fix and "port-forward" in raised.value.fix
+
+
 def test_kubernetes_manifests_golden() -> None:
-    exp = compose(["+harness=codex", "runtime=kubernetes", f"env.path={EXAMPLE_TASKS}"]).experiment
+    exp = compose(["+harness=codex", "runtime=kubernetes", f"env.path={EXAMPLE_TASKS}",
+                   "proxy.url=http://127.0.0.1:8800"]).experiment
     plan = build_plan(exp, run_id="golden-run")
     check_golden(GOLDEN / "kubernetes" / "codex-builtin.yaml", plan.rollouts[0].sandbox["manifests"])
 
