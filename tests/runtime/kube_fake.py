@@ -32,8 +32,8 @@ def from_model(model: Any) -> Any:
 class FakeWS:
     """Stands in for kubernetes.stream.ws_client.WSClient (binary mode)."""
 
-    def __init__(self, cluster: FakeCluster, argv: list[str]) -> None:
-        self.cluster, self.argv = cluster, argv
+    def __init__(self, cluster: FakeCluster, argv: list[str], pod: str = "") -> None:
+        self.cluster, self.argv, self.pod = cluster, argv, pod
         self.stdin = b""
         self.out = b""
         self.err = b""
@@ -48,7 +48,7 @@ class FakeWS:
 
     def update(self, timeout: float = 0) -> None:
         if not self.ran:
-            self.out, self.err, self.code = self.cluster.run_in_container(self.argv, self.stdin)
+            self.out, self.err, self.code = self.cluster.run_in_container(self.argv, self.stdin, self.pod)
             self.ran = True
 
     def peek_stdout(self) -> bool:
@@ -94,6 +94,8 @@ class FakeCluster:
         self.terminated_reason: str | None = None
         self.failures: dict[str, list[int]] = {}
         self.commands: dict[str, tuple[bytes, bytes, int]] = {}
+        # a program the "container" runs: (pod name, argv) -> (stdout, stderr, exit code), or None to fall through
+        self.on_command: Callable[[str, list[str]], tuple[bytes, bytes, int] | None] | None = None
         self.delay_s = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -184,13 +186,13 @@ class FakeCluster:
     # ---------------------------------------------------------------- exec
     def exec_stream(self, name: str, namespace: str, argv: list[str], stdin: bool) -> FakeWS:
         self.call("exec_check", name)
-        return FakeWS(self, argv)
+        return FakeWS(self, argv, name)
 
     def _exec_check(self, name: str) -> None:
         if name not in self.pods:
             raise ApiException(status=404, reason="Not Found")
 
-    def run_in_container(self, argv: list[str], stdin: bytes) -> tuple[bytes, bytes, int]:
+    def run_in_container(self, argv: list[str], stdin: bytes, pod: str = "") -> tuple[bytes, bytes, int]:
         assert argv[:2] == ["/bin/sh", "-c"], argv
         script = argv[2]
         if script == WRITE_SCRIPT:
@@ -209,4 +211,8 @@ class FakeCluster:
             return b"", b"", 0
         command = shlex.split(script.splitlines()[-1])[1:]  # the wrapper's last line: exec ARGV
         self.calls.append(("exec", *command))
+        if self.on_command is not None:
+            ran = self.on_command(pod, command)
+            if ran is not None:
+                return ran
         return self.commands.get(" ".join(command), (b"", f"{command[0]}: not found\n".encode(), 127))
