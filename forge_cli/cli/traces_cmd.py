@@ -65,7 +65,9 @@ def show(rollout: Annotated[str, typer.Argument(help="Rollout id.")], store: Pat
     """The calls of one rollout, in order."""
     from forge_cli.traces import store as st
 
-    records = list(st.iter_calls(_conn(store), rollout))
+    conn = _conn(store)
+    # images the writer stored once (forge_cli/traces/blobs.py) back into each request
+    records = [st.resolve_record(conn, r) for r in st.iter_calls(conn, rollout)]
     if not records:
         raise UserError(f"no calls recorded for rollout {rollout!r}", fix="`forge traces ls` lists the rollouts",
                         exit_code=2)

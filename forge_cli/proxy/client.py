@@ -74,6 +74,19 @@ class ProxyClient:
         cursor of the next page or None)."""
         return dict(self._call("GET", f"rollouts/{rollout_id}/rows", params={"after": after, "limit": limit}))
 
+    def blob(self, digest: str) -> tuple[str, bytes]:
+        """(media type, content) of an image the records reference (``traces/blobs.py``), as stored."""
+        import httpx
+
+        try:
+            with self._client() as client:
+                resp = client.get(f"/forge/v1/blobs/{digest}")
+        except httpx.TransportError as exc:
+            raise ProxyUnreachable(f"proxy control GET blobs/{digest}: {self.url} does not answer ({exc})", 0) from exc
+        if resp.status_code >= 400:
+            raise ProxyError(f"proxy control GET blobs/{digest}: {resp.status_code} {resp.text}", resp.status_code)
+        return resp.headers.get("content-type", ""), bytes(resp.content)
+
     def rollouts(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "rollouts")["rollouts"])
 
@@ -124,7 +137,10 @@ class RemoteProxy(ProxyClient):
             after = page.get("next")
         conn = store.open_store(self.store)
         try:
+            missing = [d for d in store.row_blob_refs(rows) if store.get_blob(conn, d) is None]
+            images = {d: self.blob(d) for d in missing}
             with conn:
+                store.insert_blobs(conn, images)
                 store.replace_calls(conn, rollout_id, rows)
                 store.upsert_rollout(conn, {"rollout_id": rollout_id,
                                             **{k: v for k, v in (info or {}).items() if v is not None}})

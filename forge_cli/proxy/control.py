@@ -8,6 +8,7 @@ GET  /forge/v1/rollouts                  registered rollouts (this proxy run)
 GET  /forge/v1/rollouts/<id>/calls       the rollout's CallRecords from the store
 GET  /forge/v1/rollouts/<id>/rows?after=&limit=   a page of its rows exactly as stored (a remote forge copies them
                                          into its run's store: forge_cli/proxy/client.py RemoteProxy)
+GET  /forge/v1/blobs/<sha256>            an image the records reference (forge_cli/traces/blobs.py), as stored
 POST /forge/v1/pause | /forge/v1/resume  new model calls wait while paused; in-flight ones finish
 GET|PUT /forge/v1/weight_version         {"version": "..."} stamped on every record forwarded after it
 GET  /forge/v1/health                    liveness, upstream health, pause state (no token needed)
@@ -83,6 +84,8 @@ class Control:
                 return await self._calls(parts[1])
             if parts[2] == "rows" and method == "GET":
                 return await self._rows(parts[1], path)
+        if len(parts) == 2 and parts[0] == "blobs" and method == "GET":
+            return await self._blob(parts[1])
         if route in ("pause", "resume") and method == "POST":
             self.registry.paused = route == "pause"
             if route == "resume":
@@ -160,6 +163,24 @@ class Control:
 
         rows, cursor = await asyncio.to_thread(read)
         return _json(200, {"rollout_id": rollout_id, "columns": list(CALL_FIELDS), "rows": rows, "next": cursor})
+
+    async def _blob(self, digest: str) -> Reply:
+        if not await self.sink.wait_committed():
+            return _error(503, "the store writer has not committed its records yet")
+
+        def read() -> tuple[str, bytes] | None:
+            from forge_cli.traces import store
+
+            conn = store.open_store(self.store_path, readonly=True)
+            try:
+                return store.get_blob(conn, digest)
+            finally:
+                conn.close()
+
+        found = await asyncio.to_thread(read)
+        if found is None:
+            return _error(404, f"no blob {digest!r}")
+        return 200, found[0] or "application/octet-stream", found[1]
 
     async def _calls(self, rollout_id: str) -> Reply:
         if not await self.sink.wait_committed():

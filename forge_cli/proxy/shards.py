@@ -156,9 +156,15 @@ def copy_rows(source: Path, target: Path, rollout_id: str) -> int:
             rows += page
     finally:
         src.close()
+    src = store.open_store(source, readonly=True)
+    try:
+        images = {d: found for d in store.row_blob_refs(rows) if (found := store.get_blob(src, d)) is not None}
+    finally:
+        src.close()
     conn = store.open_store(target)
     try:
         with conn:
+            store.insert_blobs(conn, images)
             store.replace_calls(conn, rollout_id, rows)
     finally:
         conn.close()

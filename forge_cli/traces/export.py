@@ -24,7 +24,8 @@ def export(store_path: str | Path, out: str | Path, fmt: str = "jsonl", rollout_
     """Write the store's calls (optionally one rollout's) to ``out``; returns the number written."""
     conn = store.open_store(store_path, readonly=True)
     try:
-        records = store.iter_calls(conn, rollout_id)
+        # images stored once (blobs.py) resolved back into each request: the export is self-contained
+        records = (store.resolve_record(conn, r) for r in store.iter_calls(conn, rollout_id))
         if fmt == "jsonl":
             n = 0
             with open(out, "w", encoding="utf-8") as fh:

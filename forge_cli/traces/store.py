@@ -13,6 +13,7 @@ _CALLS = "CREATE TABLE IF NOT EXISTS calls (" + ", ".join(f"{n} {t}" for n, t, _
 _ROLLOUTS = """CREATE TABLE IF NOT EXISTS rollouts (
     rollout_id TEXT PRIMARY KEY, task TEXT, group_id TEXT, harness TEXT, status TEXT,
     created REAL, finished REAL, meta TEXT)"""
+_BLOBS = "CREATE TABLE IF NOT EXISTS blobs (sha256 TEXT PRIMARY KEY, media_type TEXT, data BLOB NOT NULL)"
 _INSERT = "INSERT INTO calls (" + ", ".join(n for n, _, _ in COLUMNS[1:]) + ") VALUES (" + \
     ", ".join("?" for _ in COLUMNS[1:]) + ")"
 CALL_FIELDS = tuple(n for n, _, _ in COLUMNS[1:])
@@ -35,6 +36,7 @@ def open_store(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA wal_autocheckpoint=2048")
         conn.execute(_CALLS)
         conn.execute(_ROLLOUTS)
+        conn.execute(_BLOBS)
         conn.execute("CREATE INDEX IF NOT EXISTS calls_rollout ON calls (rollout_id, seq)")
         conn.commit()
     conn.execute("PRAGMA busy_timeout=30000")
@@ -45,6 +47,42 @@ def open_store(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
 def insert_calls(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     """Insert rows already in ``CALL_FIELDS`` order (JSON columns as text); the caller commits."""
     conn.executemany(_INSERT, rows)
+
+
+def insert_blobs(conn: sqlite3.Connection, blobs: dict[str, tuple[str, bytes]]) -> None:
+    """Images taken out of records (``blobs.extract``), each kept once; the caller commits."""
+    conn.executemany("INSERT OR IGNORE INTO blobs (sha256, media_type, data) VALUES (?, ?, ?)",
+                     [(digest, mime, data) for digest, (mime, data) in blobs.items()])
+
+
+def row_blob_refs(rows: list[tuple[Any, ...]]) -> set[str]:
+    """The blobs raw ``calls`` rows (``CALL_FIELDS`` order) reference."""
+    from forge_cli.traces.blobs import refs
+
+    columns = [CALL_FIELDS.index("request"), CALL_FIELDS.index("upstream_request")]
+    return {d for row in rows for i in columns for d in refs(row[i] if isinstance(row[i], str) else None)}
+
+
+def get_blob(conn: sqlite3.Connection, digest: str) -> tuple[str, bytes] | None:
+    """(media type, content) of a stored blob, or None."""
+    try:
+        row = conn.execute("SELECT media_type, data FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+    except sqlite3.OperationalError:  # a store written before blobs existed
+        return None
+    return (str(row[0]), bytes(row[1])) if row is not None else None
+
+
+def resolve_record(conn: sqlite3.Connection, record: CallRecord) -> CallRecord:
+    """The record with its requests' image references replaced by the images (as the client sent them)."""
+    from forge_cli.traces.blobs import resolve
+
+    def lookup(digest: str) -> bytes | None:
+        found = get_blob(conn, digest)
+        return found[1] if found is not None else None
+
+    record.request = resolve(record.request, lookup)
+    record.upstream_request = resolve(record.upstream_request, lookup)
+    return record
 
 
 def call_rows(conn: sqlite3.Connection, rollout_id: str, after: int = 0, limit: int = 64

@@ -19,6 +19,7 @@ from typing import Any
 from forge_cli.proxy.wire import FORMATS
 from forge_cli.proxy.wire.base import Assembled, Prepared
 from forge_cli.traces import frames, store
+from forge_cli.traces.blobs import Blobs, extract
 
 
 def _json_text(raw: bytes | None) -> str | None:
@@ -30,6 +31,10 @@ def _json_text(raw: bytes | None) -> str | None:
     if stripped[:1] in ("{", "["):
         return text
     return json.dumps(text)
+
+
+def _images_out(text: str | None, found: Blobs | None) -> str | None:
+    return extract(text, found) if found is not None else text
 
 
 def _dump(value: Any) -> str | None:
@@ -51,9 +56,10 @@ def _bindable(value: Any) -> Any:
     return value
 
 
-def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
-    """One ``calls`` row (``store.CALL_FIELDS`` order) from a call frame."""
-    values = _build_row(meta, blobs)
+def build_row(meta: dict[str, Any], blobs: dict[str, bytes], found: Blobs | None = None) -> tuple[Any, ...]:
+    """One ``calls`` row (``store.CALL_FIELDS`` order) from a call frame; the images its requests held are added to
+    ``found`` (to be stored once with ``store.insert_blobs``); without ``found`` they stay inline."""
+    values = _build_row(meta, blobs, found)
     if values.keys() != _FIELDS:  # every column named once, none unknown: checked against the schema, not by order
         raise ValueError(f"call row does not match the calls table: missing {sorted(_FIELDS - values.keys())}, "
                          f"unknown {sorted(values.keys() - _FIELDS)}")
@@ -63,7 +69,7 @@ def build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> tuple[Any, ...]:
 _FIELDS = frozenset(store.CALL_FIELDS)
 
 
-def _build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
+def _build_row(meta: dict[str, Any], blobs: dict[str, bytes], found: Blobs | None) -> dict[str, Any]:
     status: str = meta.get("status") or "ok"
     error: str | None = meta.get("error")
     prep = Prepared(body=b"", changed=True, wants_token_ids=bool(meta.get("wants_token_ids")),
@@ -94,8 +100,10 @@ def _build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
         "rollout_id": meta["rollout_id"], "seq": meta["seq"], "wire_format": meta["wire_format"],
         "path": meta.get("path"), "model": model, "stream": int(bool(meta.get("stream"))), "status": status,
         "error": error, "http_status": meta.get("http_status"), "upstream": meta.get("upstream"),
-        "weight_version": meta.get("weight_version"), "request": _json_text(blobs.get("request")),
-        "upstream_request": _json_text(blobs.get("upstream_request")), "response": response_text,
+        "weight_version": meta.get("weight_version"),
+        # images out of both requests, stored once in the blobs table (blobs.py); the requests keep references
+        "request": _images_out(_json_text(blobs.get("request")), found),
+        "upstream_request": _images_out(_json_text(blobs.get("upstream_request")), found), "response": response_text,
         "prompt_token_ids": _dump(prompt_ids), "completion_token_ids": _dump(completion_ids),
         "completion_logprobs": _dump(assembled.completion_logprobs if assembled else None),
         "finish_reason": assembled.finish_reason if assembled else None,
@@ -110,6 +118,7 @@ def _build_row(meta: dict[str, Any], blobs: dict[str, bytes]) -> dict[str, Any]:
 def apply(conn: Any, bodies: list[bytes]) -> int:
     """Write a batch of frames in one transaction; returns the highest frame number written."""
     rows: list[tuple[Any, ...]] = []
+    images: Blobs = {}
     top = 0
     for body in bodies:
         meta, blobs = frames.decode(body)
@@ -121,14 +130,16 @@ def apply(conn: Any, bodies: list[bytes]) -> int:
             store.upsert_rollout(conn, meta["info"])
         elif meta.get("type") == "call":
             try:
-                rows.append(build_row(meta, blobs))
+                rows.append(build_row(meta, blobs, images))
             except Exception as exc:  # keep the call even if assembling it failed
                 print(f"forge writer: record {meta.get('rollout_id')}#{meta.get('seq')}: {exc!r}", file=sys.stderr)
                 meta["status"], meta["error"] = "incomplete", f"record assembly failed: {exc!r}"
                 rows.append(build_row(meta, {"request": blobs.get("request", b""),
-                                             "client_response": blobs.get("client_response", b"null")}))
+                                             "client_response": blobs.get("client_response", b"null")}, images))
     if rows:
         store.insert_calls(conn, rows)
+    if images:
+        store.insert_blobs(conn, images)
     conn.commit()
     return top
 
