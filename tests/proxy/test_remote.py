@@ -133,7 +133,8 @@ def test_rollout_through_a_docker_hosted_proxy(docker_proxy: tuple[str, str, str
                                                 tmp_path: Path) -> None:
     url, token, name = docker_proxy
     result = forge("rollout", "--json", f"run.output_dir={tmp_path / 'runs'}", f"proxy.url={url}",
-                   f"proxy.upstream={policy_server.url}", "rollout.max_tasks=2", "model.max_output_tokens=64",
+                   f"proxy.upstream={policy_server.url}", "rollout.max_tasks=2", "rollout.samples_per_task=1",
+                   "model.max_output_tokens=64",
                    'harness.command=[python3,"{{bundle}}/bin/forge-react",--max-steps,"2","{{instruction}}"]',
                    env={TOKEN_ENV: token}, timeout=900)
     assert result.returncode == 0, result.stderr
