@@ -23,9 +23,8 @@ import pytest
 from forge_cli.config.compose import compose
 from forge_cli.proxy.launcher import start_proxy
 from forge_cli.rollout.run import execute
-from forge_cli.runtime import kubernetes as kube
 from tests.proxy.conftest import FakeUpstream, need_mitmdump
-from tests.runtime.kube_fake import FakeCluster
+from tests.runtime.kube_fake import FakeCluster, install
 
 pytestmark = pytest.mark.mitm
 SERVICE = "http://forge-proxy.forge.svc:8800"
@@ -33,11 +32,7 @@ SERVICE = "http://forge-proxy.forge.svc:8800"
 
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    fake = FakeCluster()
-    monkeypatch.setattr(kube, "api_factory", fake)
-    monkeypatch.setattr(kube.KubernetesSandbox, "POLL_S", 0.01)
-    monkeypatch.setattr(kube, "_apis", {})
-    yield fake
+    yield install(monkeypatch)
 
 
 def test_rollouts_register_call_and_record_through_the_in_cluster_proxy(

@@ -19,7 +19,7 @@ from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec
 from tests.golden import check_golden
 from tests.helpers import forge
 from tests.runtime.conftest import run
-from tests.runtime.kube_fake import FakeCluster, from_model, to_model
+from tests.runtime.kube_fake import FakeCluster, from_model, install, to_model
 
 GOLDEN = Path(__file__).parent / "golden"
 RUNTIME = KubernetesRuntime(kind="kubernetes", description="golden", namespace="forge", max_api_concurrency=2)
@@ -73,11 +73,7 @@ def test_cli_prints_the_manifests() -> None:
 
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    fake = FakeCluster()
-    monkeypatch.setattr(kube, "api_factory", fake)
-    monkeypatch.setattr(kube.KubernetesSandbox, "POLL_S", 0.01)
-    monkeypatch.setattr(kube, "_apis", {})
-    yield fake
+    yield install(monkeypatch)
 
 
 def spec(index: int = 0, **fields: Any) -> SandboxSpec:
