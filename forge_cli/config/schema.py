@@ -223,6 +223,12 @@ class KubernetesRuntime(_RuntimeBase):
     proxy_command: list[str] = ["forge", "proxy"]
     # the policy server(s) the in-cluster proxy forwards to (forge proxy --upstream)
     proxy_upstream: str = "http://forge-policy:8000"
+    # proxy replicas (a StatefulSet: pod i is <proxy_service>-i.<proxy_service>.<namespace>.svc); proxy.url lists
+    # each, in order, as forge reaches it
+    proxy_replicas: Annotated[int, Field(ge=1, le=64)] = 1
+    # the tool server as pods reach it when forge runs in the cluster (forge k8s manifests --with-controller)
+    tools_service: str = "forge-tools"
+    tools_port: Annotated[int, Field(gt=0, lt=65536)] = 8900
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_api_concurrency: Annotated[int, Field(gt=0)] = 16
 

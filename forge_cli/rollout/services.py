@@ -102,7 +102,7 @@ def remote_proxy(exp: Experiment, store: Path) -> tuple[Any, ProxyEndpoint]:
     remotes = [connect(url, os.environ.get(token_env), token_env, store) for url in urls]
     if len(remotes) == 1:
         return remotes[0], proxy_endpoint(exp)
-    endpoints = [proxy_endpoint(exp, url=url) for url in urls]
+    endpoints = [proxy_endpoint(exp, url=url, replica=index) for index, url in enumerate(urls)]
     return ShardedProxy([Replica(r, e) for r, e in zip(remotes, endpoints, strict=True)]), endpoints[0]
 
 
@@ -141,9 +141,11 @@ def tool_server(exp: Experiment, needed: bool, log: Log) -> Iterator[Any]:
     if not needed:
         yield None
         return
+    from forge_cli.runtime.registry import backend
     from forge_cli.tools.server import ToolServer
 
     settings = exp.tools
+    backend(exp.runtime.kind).check_tool_server(exp.runtime, settings.advertise_host)
     try:
         server = ToolServer(settings.host, settings.port, settings.advertise_host)
     except OSError as exc:

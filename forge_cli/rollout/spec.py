@@ -35,17 +35,19 @@ def group_id(run_id: str, task_id: str, step: int) -> str:
     return f"{_slug(task_id)}-s{step}-{digest}"
 
 
-def proxy_endpoint(exp: Experiment, port: int | None = None, url: str | None = None) -> ProxyEndpoint:
+def proxy_endpoint(exp: Experiment, port: int | None = None, url: str | None = None,
+                   replica: int = 0) -> ProxyEndpoint:
     """The capture proxy as the run's sandboxes reach it (``port``: where forge's own listens; default proxy.port).
-    A proxy forge did not start (``url``, default the first of ``proxy.url``) is reached at its own address, or
-    where the runtime says (a pod reaches an in-cluster proxy by its Service)."""
+    A proxy forge did not start (``url``, default the first of ``proxy.url``; ``replica``: its place in
+    ``proxy.url``) is reached at its own address, or where the runtime says (a pod reaches an in-cluster replica by
+    its StatefulSet name)."""
     url = url or (exp.proxy.url.split(",")[0].strip() if exp.proxy.url else None)
     if url:
         from urllib.parse import urlsplit
 
         parts = urlsplit(url)
         return backend(exp.runtime.kind).proxy_endpoint(
-            exp.runtime, str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80))
+            exp.runtime, str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80), replica)
     return backend(exp.runtime.kind).proxy_endpoint(exp.runtime, exp.proxy.advertise_host,
                                                     exp.proxy.port if port is None else port)
 

@@ -273,10 +273,16 @@ class Sandbox(abc.ABC):
 
     # ------------------------------------------------------------------ what callers need to know of a backend
     @classmethod
-    def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int) -> ProxyEndpoint:
+    def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int, replica: int = 0) -> ProxyEndpoint:
         """How this backend's sandboxes reach a capture proxy listening on ``port`` (host networking: the
-        advertised host)."""
+        advertised host); ``replica``: which of the run's proxies (``proxy.url``'s order) it is."""
         return ProxyEndpoint(advertise_host, port)
+
+    @classmethod
+    def check_tool_server(cls, runtime: Any, advertise_host: str) -> None:
+        """Whether this backend's sandboxes reach forge's tool server advertised as ``advertise_host``; UserError
+        (exit 2) with the fix when they cannot. Local and docker sandboxes do (host networking)."""
+        return None
 
     @classmethod
     def check_proxy(cls, runtime: Any, proxy_url: str | None) -> None:

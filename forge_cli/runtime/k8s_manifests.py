@@ -1,4 +1,5 @@
-"""A SandboxSpec as a Kubernetes Pod and the NetworkPolicy that limits its egress to the proxy."""
+"""A SandboxSpec as a Kubernetes Pod and the NetworkPolicy that limits its egress to the proxy; what a cluster needs
+once (``forge k8s manifests``): RBAC, the proxy replicas, and optionally forge itself as a Job."""
 
 from __future__ import annotations
 
@@ -9,9 +10,25 @@ from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.runtime.spec import LABEL_ROLLOUT, SandboxSpec
 
 BUNDLE_VOLUME = "harness-bundle"
+CONTROLLER_APP = "forge-controller"
 
 
-def _plain(data: Any) -> Any:
+def replica_host(runtime: KubernetesRuntime, index: int) -> str:
+    """The in-cluster name of proxy replica ``index``: its StatefulSet pod under the headless Service."""
+    return f"{runtime.proxy_service}-{index}.{runtime.proxy_service}.{runtime.namespace}.svc"
+
+
+def replica_urls(runtime: KubernetesRuntime) -> list[str]:
+    """Every proxy replica's URL as forge reaches it inside the cluster (proxy.url of the controller Job)."""
+    return [f"http://{replica_host(runtime, i)}:{runtime.proxy_port}" for i in range(runtime.proxy_replicas)]
+
+
+def tools_host(runtime: KubernetesRuntime) -> str:
+    """The in-cluster name of forge's tool server (the Service in front of the controller Job's pod)."""
+    return f"{runtime.tools_service}.{runtime.namespace}.svc"
+
+
+def plain(data: Any) -> Any:
     """A copy without shared sub-objects (YAML would print them as anchors and aliases)."""
     return json.loads(json.dumps(data))
 
@@ -45,7 +62,7 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
             "securityContext": security,
         })
     quantities = _quantities(spec)
-    return _plain({
+    return plain({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": spec.name, "namespace": runtime.namespace, "labels": spec.all_labels},
@@ -74,8 +91,8 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
 
 
 def network_policy(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any]:
-    """Egress from the rollout's Pod only to the proxy Service's pods (and DNS); no ingress."""
-    return _plain({
+    """Egress from the rollout's Pod only to the proxy replicas, the in-cluster tool server (and DNS); no ingress."""
+    return plain({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": spec.name, "namespace": runtime.namespace, "labels": spec.all_labels},
@@ -87,6 +104,10 @@ def network_policy(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, A
                 {
                     "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": runtime.proxy_service}}}],
                     "ports": [{"protocol": "TCP", "port": runtime.proxy_port}],
+                },
+                {   # forge's tool server, when forge runs in the cluster (the controller Job)
+                    "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": CONTROLLER_APP}}}],
+                    "ports": [{"protocol": "TCP", "port": runtime.tools_port}],
                 },
                 {
                     "to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
@@ -108,8 +129,9 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
 
     The namespace; the sandbox service account (no API permissions, token not mounted); forge's own
     service account with a Role for exactly what the backend calls (pods, pods/exec, pods/log,
-    networkpolicies); and the capture proxy as a Deployment + Service that sandboxes reach, its admin token from
-    the Secret ``forge-proxy-token`` (key ``token``) that the user creates.
+    networkpolicies); and the capture proxy as a StatefulSet of ``runtime.proxy_replicas`` replicas behind a headless
+    Service (replica i: :func:`replica_host`), its admin token from the Secret ``forge-proxy-token`` (key ``token``)
+    that the user creates.
     """
     ns = runtime.namespace
     app = {"app.kubernetes.io/name": runtime.proxy_service, "app.kubernetes.io/part-of": "forge"}
@@ -134,10 +156,14 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
          "metadata": {"name": CONTROLLER_ACCOUNT, **meta},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CONTROLLER_ACCOUNT},
          "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER_ACCOUNT, "namespace": ns}]},
-        {"apiVersion": "apps/v1", "kind": "Deployment",
+        {"apiVersion": "apps/v1", "kind": "StatefulSet",
          "metadata": {"name": runtime.proxy_service, "namespace": ns, "labels": app},
          "spec": {
-             "replicas": 1,
+             "replicas": runtime.proxy_replicas,
+             # pod i is <service>-i.<service>.<namespace>.svc: each rollout's harness calls the replica it was
+             # registered on; replicas start and stop independently
+             "serviceName": runtime.proxy_service,
+             "podManagementPolicy": "Parallel",
              "selector": {"matchLabels": {"app.kubernetes.io/name": runtime.proxy_service}},
              "template": {
                  "metadata": {"labels": app},
@@ -163,8 +189,9 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
          }},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": runtime.proxy_service, "namespace": ns, "labels": app},
-         "spec": {"selector": {"app.kubernetes.io/name": runtime.proxy_service},
+         "spec": {"clusterIP": "None",  # headless: one DNS name per replica, no load balancing between them
+                  "selector": {"app.kubernetes.io/name": runtime.proxy_service},
                   "ports": [{"name": "proxy", "port": runtime.proxy_port, "targetPort": runtime.proxy_port,
                              "protocol": "TCP"}]}},
     ]
-    return [_plain(doc) for doc in docs]
+    return [plain(doc) for doc in docs]

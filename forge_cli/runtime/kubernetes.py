@@ -30,7 +30,7 @@ from forge_cli.runtime.base import (
     blocking,
 )
 from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
-from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest
+from forge_cli.runtime.k8s_manifests import network_policy, pod_manifest, replica_host, tools_host
 from forge_cli.runtime.spec import LABEL_RUN, ProxyEndpoint, label_value
 
 log = logging.getLogger("forge.runtime.kubernetes")
@@ -173,24 +173,54 @@ class KubernetesSandbox(ContainerSandbox):
 
     @classmethod
     def check_proxy(cls, runtime: Any, proxy_url: str | None) -> None:
-        # pods call the in-cluster proxy Service: a proxy forge starts here would hold other rollout keys (every pod
-        # call a 401) and never see their records
+        # pods call the in-cluster proxy replicas: a proxy forge starts here would hold other rollout keys (every
+        # pod call a 401) and never see their records; proxy.url lists every replica, in order, so that a rollout
+        # registered on replica i is sent to replica i
+        from forge_cli.config.schema import upstream_urls
+        from forge_cli.errors import UserError
+
+        hosts = [replica_host(runtime, i) for i in range(runtime.proxy_replicas)]
         if proxy_url is None:
+            forwards = " & ".join(f"kubectl -n {runtime.namespace} port-forward pod/{host.split('.')[0]} "
+                                  f"{runtime.proxy_port + i}:{runtime.proxy_port}" for i, host in enumerate(hosts))
+            urls = ",".join(f"http://127.0.0.1:{runtime.proxy_port + i}" for i in range(len(hosts)))
+            raise UserError(
+                f"runtime=kubernetes: the pods call the in-cluster capture proxy ({', '.join(hosts)}), so forge must "
+                "register the rollouts there and read their records from it: set proxy.url to "
+                + ("that proxy" if len(hosts) == 1 else "each replica, in order,") + " as this machine reaches it",
+                fix=f"{forwards} & then proxy.url={urls} with FORGE_PROXY_TOKEN set to the forge-proxy-token Secret's "
+                    "token, or run forge in the cluster: forge k8s manifests --with-controller (README 'Kubernetes')",
+                exit_code=2)
+        count = len(upstream_urls(proxy_url))
+        if count != runtime.proxy_replicas:
+            raise UserError(
+                f"proxy.url names {count} prox{'y' if count == 1 else 'ies'} but the cluster runs "
+                f"runtime.proxy_replicas={runtime.proxy_replicas} ({', '.join(hosts)}): a rollout registered on the "
+                "i-th URL is sent to the i-th replica, so both must list the same replicas in the same order",
+                fix=f"list every replica in proxy.url, or set runtime.proxy_replicas={count} to what "
+                    "forge k8s manifests --proxy-replicas deployed", exit_code=2)
+
+    @classmethod
+    def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int, replica: int = 0) -> ProxyEndpoint:
+        # pods reach replica i of the in-cluster StatefulSet by its own name (a port-forward's loopback address is
+        # this machine's way in, not theirs); an in-cluster name in proxy.url (forge running in the cluster) is
+        # theirs too
+        if advertise_host.endswith((".svc", ".svc.cluster.local")):
+            return ProxyEndpoint(advertise_host, port)
+        return ProxyEndpoint(replica_host(runtime, replica), runtime.proxy_port)
+
+    @classmethod
+    def check_tool_server(cls, runtime: Any, advertise_host: str) -> None:
+        # the NetworkPolicy lets pods reach only the proxy replicas and the in-cluster controller's tool server
+        if advertise_host != tools_host(runtime):
             from forge_cli.errors import UserError
 
             raise UserError(
-                "runtime=kubernetes: the pods call the in-cluster capture proxy "
-                f"({runtime.proxy_service}.{runtime.namespace}.svc:{runtime.proxy_port}), so forge must register the "
-                "rollouts there and read their records from it: set proxy.url to that proxy as this machine reaches it",
-                fix=f"kubectl -n {runtime.namespace} port-forward svc/{runtime.proxy_service} "
-                    f"{runtime.proxy_port}:{runtime.proxy_port} & then proxy.url=http://127.0.0.1:{runtime.proxy_port} "
-                    "with FORGE_PROXY_TOKEN set to the forge-proxy-token Secret's token (README 'Kubernetes')",
-                exit_code=2)
-
-    @classmethod
-    def proxy_endpoint(cls, runtime: Any, advertise_host: str, port: int) -> ProxyEndpoint:
-        # pods reach the in-cluster proxy Service
-        return ProxyEndpoint(f"{runtime.proxy_service}.{runtime.namespace}.svc", runtime.proxy_port)
+                f"runtime=kubernetes: these tasks have tools, served by forge's tool server, which the pods reach only "
+                f"in the cluster, as {tools_host(runtime)}:{runtime.tools_port} (tools.advertise_host is "
+                f"{advertise_host})",
+                fix="run forge in the cluster: forge k8s manifests --with-controller -- OVERRIDES | kubectl apply -f - "
+                    "(its Job serves the tools there), or pick tasks without tools", exit_code=2)
 
     @classmethod
     def network(cls, runtime: Any) -> str:

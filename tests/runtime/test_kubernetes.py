@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from forge_cli.config.schema import KubernetesRuntime, Resources
+from forge_cli.errors import UserError
 from forge_cli.runtime import kubernetes as kube
 from forge_cli.runtime.base import SandboxConfigError, SandboxGone, SandboxOutOfMemory, SandboxUnavailable
-from forge_cli.runtime.k8s_manifests import cluster_manifests, network_policy, pod_manifest
+from forge_cli.runtime.k8s_controller import controller_manifests
+from forge_cli.runtime.k8s_manifests import cluster_manifests, network_policy, pod_manifest, replica_host
 from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec
 from tests.golden import check_golden
 from tests.helpers import forge
@@ -41,16 +43,19 @@ def test_golden_pod_and_policy() -> None:
 
 def test_golden_cluster_manifests() -> None:
     check_golden(GOLDEN / "cluster.yaml", dump(cluster_manifests(RUNTIME)))
+    check_golden(GOLDEN / "controller.yaml", dump(controller_manifests(RUNTIME, "rollout", ["+harness=codex"])))
 
 
 MODELS = {"Namespace": "V1Namespace", "ServiceAccount": "V1ServiceAccount", "Role": "V1Role",
-          "RoleBinding": "V1RoleBinding", "Deployment": "V1Deployment", "Service": "V1Service",
-          "Pod": "V1Pod", "NetworkPolicy": "V1NetworkPolicy"}
+          "RoleBinding": "V1RoleBinding", "StatefulSet": "V1StatefulSet", "Service": "V1Service",
+          "Pod": "V1Pod", "NetworkPolicy": "V1NetworkPolicy", "Job": "V1Job",
+          "PersistentVolumeClaim": "V1PersistentVolumeClaim"}
 
 
 def test_manifests_are_valid_client_models() -> None:
     """Every field survives a round trip through the client's models (a misspelt field would be dropped)."""
-    docs = [*cluster_manifests(RUNTIME), pod_manifest(SPEC, RUNTIME), network_policy(SPEC, RUNTIME)]
+    docs = [*cluster_manifests(RUNTIME), pod_manifest(SPEC, RUNTIME), network_policy(SPEC, RUNTIME),
+            *controller_manifests(RUNTIME, "eval", [])]
     for doc in docs:
         assert from_model(to_model(doc, MODELS[doc["kind"]])) == doc, doc["kind"]
     pod = pod_manifest(SPEC, RUNTIME)["spec"]
@@ -61,14 +66,69 @@ def test_manifests_are_valid_client_models() -> None:
     assert {"name": "harness-bundle", "mountPath": "/opt/forge/harness", "readOnly": True} in sandbox["volumeMounts"]
     egress = network_policy(SPEC, RUNTIME)["spec"]["egress"]
     assert egress[0]["ports"] == [{"protocol": "TCP", "port": 8800}]
+    assert egress[1] == {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "forge-controller"}}}],
+                         "ports": [{"protocol": "TCP", "port": 8900}]}, "pods reach the in-cluster tool server"
+
+
+def test_proxy_replicas_are_a_statefulset_each_pod_sent_to_its_own() -> None:
+    runtime = RUNTIME.model_copy(update={"proxy_replicas": 3})
+    docs = {d["kind"]: d for d in cluster_manifests(runtime)}
+    assert docs["StatefulSet"]["spec"]["replicas"] == 3
+    assert docs["StatefulSet"]["spec"]["serviceName"] == "forge-proxy" == docs["Service"]["metadata"]["name"]
+    assert docs["Service"]["spec"]["clusterIP"] == "None", "headless: one DNS name per replica"
+    assert replica_host(runtime, 2) == "forge-proxy-2.forge-proxy.forge.svc"
+    # a port-forward's loopback address is forge's way in; the pod is sent to the replica's own name
+    assert kube.KubernetesSandbox.proxy_endpoint(runtime, "127.0.0.1", 8802, 2) == \
+        ProxyEndpoint("forge-proxy-2.forge-proxy.forge.svc", 8800)
+    # forge in the cluster uses the replicas' names itself: the pods get the same
+    assert kube.KubernetesSandbox.proxy_endpoint(runtime, "forge-proxy-1.forge-proxy.forge.svc", 8800, 1) == \
+        ProxyEndpoint("forge-proxy-1.forge-proxy.forge.svc", 8800)
+    kube.KubernetesSandbox.check_proxy(runtime, "http://127.0.0.1:8800,http://127.0.0.1:8801,http://127.0.0.1:8802")
+    for wrong in (None, "http://127.0.0.1:8800", "http://127.0.0.1:8800,http://127.0.0.1:8801"):
+        with pytest.raises(UserError) as error:
+            kube.KubernetesSandbox.check_proxy(runtime, wrong)
+        assert error.value.exit_code == 2 and "forge-proxy-2.forge-proxy.forge.svc" in str(error.value)
+
+
+def test_controller_job_runs_forge_against_the_replicas_and_serves_tools() -> None:
+    runtime = RUNTIME.model_copy(update={"proxy_replicas": 2})
+    docs = {d["kind"]: d for d in controller_manifests(runtime, "rollout", ["+harness=codex", "rollout.max_tasks=3"])}
+    pod = docs["Job"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "forge" and pod["automountServiceAccountToken"] is True
+    args = pod["containers"][0]["command"]
+    assert args[:4] == ["forge", "rollout", "+harness=codex", "rollout.max_tasks=3"]
+    assert ("proxy.url='http://forge-proxy-0.forge-proxy.forge.svc:8800,http://forge-proxy-1.forge-proxy.forge.svc:8800'"
+            in args) and "runtime.proxy_replicas=2" in args
+    assert {"tools.host=0.0.0.0", "tools.port=8900", "tools.advertise_host=forge-tools.forge.svc"} <= set(args)
+    assert docs["Service"]["metadata"]["name"] == "forge-tools"
+    selector = docs["Service"]["spec"]["selector"]
+    assert selector == {"app.kubernetes.io/name": "forge-controller"}
+    assert selector.items() <= docs["Job"]["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["volumes"] == [{"name": "runs", "persistentVolumeClaim": {"claimName": "forge-runs"}}]
+    # what the Job's forge will check: its tool server is the one the pods may reach, its proxy.url the replicas
+    kube.KubernetesSandbox.check_tool_server(runtime, "forge-tools.forge.svc")
+    url = next(a for a in args if a.startswith("proxy.url=")).split("=", 1)[1]
+    kube.KubernetesSandbox.check_proxy(runtime, url.strip("'"))
+    with pytest.raises(UserError) as error:
+        kube.KubernetesSandbox.check_tool_server(runtime, "127.0.0.1")
+    assert error.value.exit_code == 2 and "--with-controller" in (error.value.fix or "")
 
 
 def test_cli_prints_the_manifests() -> None:
     result = forge("k8s", "manifests", "--namespace", "rl")
     assert result.returncode == 0, result.stderr
     kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]
-    assert kinds == ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+    assert kinds == ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "StatefulSet", "Service"]
     assert all(doc["metadata"].get("namespace", "rl") == "rl" for doc in yaml.safe_load_all(result.stdout))
+    result = forge("k8s", "manifests", "--namespace", "rl", "--proxy-replicas", "2", "--with-controller",
+                   "rollout.max_tasks=2")
+    assert result.returncode == 0, result.stderr
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout)]
+    assert kinds[-3:] == ["PersistentVolumeClaim", "Job", "Service"]
+    for bad in (["x=1"], ["--with-controller", "runtime=docker"], ["--with-controller", "no.such=1"],
+                ["--with-controller", "--controller-command", "train"], ["--proxy-replicas", "0"]):
+        result = forge("k8s", "manifests", *bad)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (bad, result.stderr)
 
 
 @pytest.fixture
