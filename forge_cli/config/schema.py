@@ -6,57 +6,18 @@ keys are errors so that typos surface instead of being ignored.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+
+from forge_cli.config.fields import Strict, parse_memory, upstream_urls
+from forge_cli.config.training import AlgoConfig, LoraSettings, TrainerConfig
+
+__all__ = ["AlgoConfig", "LoraSettings", "Strict", "TrainerConfig", "parse_memory", "upstream_urls"]
 
 GROUPS: tuple[str, ...] = ("harness", "env", "runtime", "model", "trainer", "algo")
 
 WireApi = Literal["chat_completions", "responses", "anthropic_messages", "gemini"]
-_MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4,
-          "ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
-
-
-def parse_memory(text: str) -> int:
-    """'512m', '4g', '2Gi' or a byte count → bytes; ValueError on anything else."""
-    match = _MEMORY.match(str(text).strip())
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"'{text}' is not a memory size (examples: 512m, 4g, 2Gi)")
-    return int(float(match.group(1)) * _UNITS[(match.group(2) or "").lower()])
-
-
-def upstream_urls(text: str) -> list[str]:
-    """'http://a:8000/v1,http://b:8001' → its URLs; ValueError naming the first that is not an http(s) URL."""
-    from urllib.parse import urlsplit
-
-    urls = [u.strip() for u in str(text).split(",") if u.strip()]
-    if not urls:
-        raise ValueError("no policy server URL given (example: http://127.0.0.1:8000)")
-    for url in urls:
-        try:
-            parts = urlsplit(url)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-        except ValueError:  # a port out of range, a malformed IPv6 address
-            ok = False
-        if not ok:
-            raise ValueError(f"{url!r} is not an http(s) URL with a host and a port in 1-65535 "
-                             "(example: http://127.0.0.1:8000)")
-    return urls
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 # ---------------------------------------------------------------- harness
@@ -286,119 +247,6 @@ class OpenAICompatibleModel(_ModelBase):
 
 
 ModelConfig = Annotated[SmolModel | VllmModel | OpenAICompatibleModel, Field(discriminator="source")]
-
-
-# ---------------------------------------------------------------- algo / trainer
-class AlgoConfig(Strict):
-    """The RL algorithm of `forge train` (configs/algo/): advantages, policy loss, TIS, KL, DAPO's extras.
-
-    Names follow veRL (``verl.trainer.ppo.core_algos``); ``forge_cli/train/algos.py`` implements the maths.
-    """
-
-    name: str
-    description: str
-    advantage: Literal["grpo", "rloo"]
-    group_size: Annotated[int, Field(ge=1)] = 4
-    norm_adv_by_std: bool = True
-    # added to the group's std before dividing (veRL's epsilon)
-    epsilon: Annotated[float, Field(gt=0)] = 1e-6
-    clip_ratio_low: Annotated[float, Field(ge=0, lt=1)] = 0.2
-    clip_ratio_high: Annotated[float, Field(ge=0)] = 0.2
-    # dual-clip bound for negative advantages (veRL requires > 1)
-    clip_ratio_c: Annotated[float, Field(gt=1)] = 3.0
-    # truncated importance sampling: per-token weight min(pi_trainer / pi_rollout, tis_cap); None = off
-    tis_cap: Annotated[float, Field(gt=0)] | None = None
-    kl_coef: Annotated[float, Field(ge=0)] = 0.0
-    kl_penalty: Literal["kl", "abs", "mse", "low_var_kl", "k1", "k2", "k3"] = "low_var_kl"
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                           "seq-mean-token-sum-norm"] = "token-mean"
-    dynamic_sampling: Literal["off", "drop", "refill"] = "off"
-    # refill: at most this many extra generation rounds per step
-    dynamic_sampling_max_rounds: Annotated[int, Field(ge=1)] = 3
-    # DAPO's soft overlong penalty over the last overlong_buffer_tokens of a call's output limit
-    # (model.max_output_tokens), on each rollout's longest completion; 0: off
-    overlong_buffer_tokens: Annotated[int, Field(ge=0)] = 0
-    overlong_penalty_factor: Annotated[float, Field(ge=0)] = 1.0
-    # rollouts that ran past their time limit / that the policy server refused as too long for its context (or
-    # with a call longer than trainer.max_seq_len): mask (kept for the group's advantages, no loss tokens), zero
-    # (trained with reward 0) or drop (left out before advantages)
-    timeout: Literal["mask", "zero", "drop"] = "mask"
-    over_length: Literal["mask", "zero", "drop"] = "mask"
-    # drop the whole group of a rollout that ended infra_error (else only that rollout)
-    drop_group_on_infra: bool = False
-
-    @field_validator("dynamic_sampling", mode="before")
-    @classmethod
-    def _dynamic_sampling_bool(cls, value: Any) -> Any:
-        # YAML 1.1 reads `off` as false (and `on` as true)
-        if value is False:
-            return "off"
-        if value is True:
-            return "refill"
-        return value
-
-    @field_validator("group_size")
-    @classmethod
-    def _needs_groups(cls, value: int, info: ValidationInfo) -> int:
-        if value < 2:
-            advantage = str(info.data.get("advantage", "the advantage")).upper()
-            raise ValueError(f"group_size {value}: every advantage would be 0 ({advantage} compares each rollout's "
-                             "reward with the others of its task's group); set algo.group_size to 2 or more")
-        return value
-
-
-class LoraSettings(Strict):
-    """``trainer.lora``: train LoRA adapters (peft) instead of the full model; vLLM serves them as an adapter."""
-
-    # adapter rank r (vLLM serves ranks up to 512)
-    rank: Annotated[int, Field(ge=1, le=512)] = 16
-    # scaling numerator: the update is (alpha / rank) * B @ A
-    alpha: Annotated[int, Field(ge=1)] = 32
-    # dropout on the adapter's input while training (0 keeps the trainer's logprobs equal to the server's)
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    # linear layers that get adapters (names as in the model, e.g. q_proj; vLLM serves the attention and MLP ones)
-    target_modules: Annotated[list[str], Field(min_length=1)] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                  "up_proj", "down_proj"]
-
-
-class TrainerConfig(Strict):
-    kind: Literal["local", "verl"]
-    description: str
-    steps: Annotated[int, Field(ge=1)] = 10
-    tasks_per_step: Annotated[int, Field(ge=1)] = 4
-    learning_rate: Annotated[float, Field(ge=0)] = 1e-6
-    weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
-    ppo_epochs: Annotated[int, Field(ge=1)] = 1
-    micro_batch_tokens: Annotated[int, Field(gt=0)] = 4096
-    # recompute activations in the backward pass (much less memory, ~30% more compute)
-    gradient_checkpointing: bool = True
-    # forward/backward numerics: bf16 autocast over float32 weights, gradients and AdamW state ("bf16"), all float32
-    # ("float32"), or "auto": bf16 on a GPU that supports it and on CPUs with native bf16 (AVX512-BF16, AMX)
-    precision: Literal["auto", "bf16", "float32"] = "auto"
-    # longest training sequence; a longer segment loses context from its left, never loss tokens
-    max_seq_len: Annotated[int, Field(gt=0)] = 8192
-    save_every: Annotated[int, Field(ge=0)] = 0
-    # checkpoints kept (the newest)
-    keep_checkpoints: Annotated[int, Field(ge=1)] = 2
-    # periodic evaluation: every N steps (and after the last) the eval split through the same harness at
-    # eval.temperature, eval.trials per task, never trained on (0: off)
-    eval_every: Annotated[int, Field(ge=0)] = 0
-    # split evaluated (null: the env's eval split, e.g. test for builtin)
-    eval_split: str | None = None
-    # at most this many tasks of the eval split (null: all)
-    eval_max_tasks: Annotated[int, Field(gt=0)] | None = None
-    # rollouts of the next step may start while this step's update and weight sync run, as long as no record is
-    # generated by weights more than N updates older than those being trained (0: strictly on policy)
-    max_staleness: Annotated[int, Field(ge=0)] = 0
-    # LoRA adapters instead of full weights (null: full fine-tuning); see LoraSettings
-    lora: LoraSettings | None = None
-    # veRL only
-    n_gpus_per_node: Annotated[int, Field(ge=1)] = 1
-    nnodes: Annotated[int, Field(ge=1)] = 1
-    strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
-    # a Ray cluster to run on (RAY_ADDRESS, e.g. ray://head:10001); null: a local Ray on this machine's GPUs
-    ray_address: str | None = None
 
 
 # ---------------------------------------------------------------- top level
