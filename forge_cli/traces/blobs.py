@@ -10,8 +10,11 @@ What is taken out, in all four wire formats:
 - the base64 ``data`` of an object that names its media type (Anthropic ``{"type": "base64", "media_type",
   "data"}``, Gemini ``inlineData: {"mimeType", "data"}``).
 
-Only strings of at least ``MIN_CHARS`` are moved; the blob holds the exact string, so ``resolve`` gives the request
-back as the client sent it (``forge traces show``, the export). Stdlib only: the store writer runs in mitmproxy's
+Only payloads of at least ``MIN_CHARS`` are moved. The blob holds the base64 text itself (a data URL keeps its
+``data:<mime>;base64,`` head in the record, followed by the reference), so the same image is one blob whatever
+shape carried it: a client's Anthropic ``data`` and the Chat Completions data URL its call was translated into, or
+the same screenshot under two media types. ``resolve`` gives the request back exactly as the client sent it
+(``forge traces show``, the export). Stdlib only: the store writer runs in mitmproxy's
 environment.
 """
 
@@ -28,7 +31,7 @@ MEDIA_KEYS = ("media_type", "mimeType", "mime_type")
 # texts without these cannot hold an inline image: skip parsing them
 _MARKERS = ("data:", '"data"')
 
-Blobs = dict[str, tuple[str, bytes]]  # sha256 hex -> (media type, the exact string's UTF-8 bytes)
+Blobs = dict[str, tuple[str, bytes]]  # sha256 hex -> (media type, the base64 text's UTF-8 bytes)
 
 
 def _take(value: str, mime: str, found: Blobs) -> str:
@@ -51,7 +54,8 @@ def _walk(node: Any, found: Blobs) -> Any:
     if isinstance(node, list):
         return [_walk(v, found) for v in node]
     if isinstance(node, str) and len(node) >= MIN_CHARS and node.startswith("data:") and ";base64," in node[:200]:
-        return _take(node, node[5:node.index(";")], found)
+        head = node[:node.index(";base64,") + 8]
+        return head + _take(node[len(head):], node[5:node.index(";")], found)
     return node
 
 
@@ -88,9 +92,11 @@ def refs(text: str | None) -> set[str]:
 def resolve(node: Any, lookup: Callable[[str], bytes | None]) -> Any:
     """``node`` with every reference replaced by its blob's string (a missing blob leaves the reference)."""
     if isinstance(node, str):
-        if node.startswith(PREFIX):
-            raw = lookup(node[len(PREFIX):])
-            return raw.decode("utf-8", "surrogatepass") if raw is not None else node
+        at = node.find(PREFIX)
+        # the whole string (a base64 ``data``), or what follows a data URL's head
+        if at == 0 or (at > 0 and node.startswith("data:") and node[:at].endswith(";base64,")):
+            raw = lookup(node[at + len(PREFIX):])
+            return node[:at] + raw.decode("utf-8", "surrogatepass") if raw is not None else node
         return node
     if isinstance(node, dict):
         return {k: resolve(v, lookup) for k, v in node.items()}
