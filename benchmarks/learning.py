@@ -181,7 +181,7 @@ def main() -> int:
     gained = (p["delta"] or 0.0) * 100
     print(f"  target: >= +{TARGET_POINTS:.0f} points within {TARGET_MINUTES:.0f} min: "
           + ("MET" if gained >= TARGET_POINTS and minutes <= TARGET_MINUTES else "NOT MET")
-          + f" (+{gained:.1f} points in {minutes:.1f} min)")
+          + f" ({gained:+.1f} points in {minutes:.1f} min)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0

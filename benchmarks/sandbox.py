@@ -8,7 +8,9 @@ time, in ``--rounds`` rounds that alternate between the backends (the machine's 
 each one is created from forge-base:bookworm, runs ``sh -c 'echo ready'`` and is destroyed. Reported:
 median and p95 latency of one lifecycle, sandboxes per minute, and the ratio of each to the raw
 ``docker run --rm`` loop (the floor: the docker CLI creating the same container, with forge's labels, limits,
-cap-drop and init, running the command as its main process, and removing it).
+cap-drop and init, running the command as its main process, and removing it). Where the time goes: CPU seconds
+per lifecycle of the client (forge's process, or the `docker` CLI processes of the raw loop) and of the whole
+machine (/proc/stat: the daemon, containerd, runc and the kernel included).
 Target: forge's docker backend within 1.3x of raw `docker run` latency.
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import resource
 import shlex
 import statistics
 import sys
@@ -43,6 +47,19 @@ class Row:
     median_ms: float
     p95_ms: float
     per_minute: float
+    client_cpu_ms: float = 0.0  # per lifecycle: forge's process, or the raw loop's docker CLI processes
+    machine_cpu_ms: float = 0.0  # per lifecycle: every process and the kernel
+
+
+def machine_cpu_s() -> float:
+    """Busy CPU seconds of the whole machine so far (user, nice, system, irq, softirq)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_s(kind: str) -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN if kind == "raw" else resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def forge_once(kind: str, run_id: str, index: int) -> float:
@@ -75,8 +92,9 @@ async def raw_once(run_id: str, index: int) -> float:
     return time.perf_counter() - started
 
 
-async def batch(kind: str, concurrency: int, runs: int) -> tuple[list[float], float]:
-    """``runs`` lifecycles, ``concurrency`` at a time: their latencies and the wall time of the batch."""
+async def batch(kind: str, concurrency: int, runs: int) -> tuple[list[float], float, float, float]:
+    """``runs`` lifecycles, ``concurrency`` at a time: their latencies, the wall time of the batch and the CPU
+    seconds the client and the machine spent on it."""
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     gate = asyncio.Semaphore(concurrency)
 
@@ -84,29 +102,32 @@ async def batch(kind: str, concurrency: int, runs: int) -> tuple[list[float], fl
         async with gate:
             return await (raw_once(run_id, index) if kind == "raw" else forge_once(kind, run_id, index))
 
-    started = time.perf_counter()
+    started, client0, machine0 = time.perf_counter(), client_cpu_s(kind), machine_cpu_s()
     latencies = await asyncio.gather(*(one(i) for i in range(runs)))
-    return list(latencies), time.perf_counter() - started
+    return (list(latencies), time.perf_counter() - started, client_cpu_s(kind) - client0,
+            machine_cpu_s() - machine0)
 
 
-def row(kind: str, concurrency: int, latencies: list[float], wall: float) -> Row:
+def row(kind: str, concurrency: int, latencies: list[float], wall: float, client: float, machine: float) -> Row:
     ordered = sorted(latencies)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return Row(kind, concurrency, len(ordered), statistics.median(ordered) * 1000, p95 * 1000,
-               len(ordered) / wall * 60)
+               len(ordered) / wall * 60, client / len(ordered) * 1000, machine / len(ordered) * 1000)
 
 
 async def level(kinds: list[str], concurrency: int, runs: int, rounds: int) -> list[Row]:
     """Every backend at one concurrency, in alternating rounds so that load from elsewhere hits all alike."""
     latencies: dict[str, list[float]] = {k: [] for k in kinds}
-    walls = dict.fromkeys(kinds, 0.0)
+    walls, clients, machines = dict.fromkeys(kinds, 0.0), dict.fromkeys(kinds, 0.0), dict.fromkeys(kinds, 0.0)
     per_round = max(concurrency, runs // rounds)
     for _ in range(rounds):
         for kind in kinds:
-            got, wall = await batch(kind, concurrency, per_round)
+            got, wall, client, machine = await batch(kind, concurrency, per_round)
             latencies[kind] += got
             walls[kind] += wall
-    return [row(kind, concurrency, latencies[kind], walls[kind]) for kind in kinds]
+            clients[kind] += client
+            machines[kind] += machine
+    return [row(kind, concurrency, latencies[kind], walls[kind], clients[kind], machines[kind]) for kind in kinds]
 
 
 async def warm_up(kinds: list[str]) -> None:
@@ -117,14 +138,15 @@ async def warm_up(kinds: list[str]) -> None:
 def table(rows: list[Row]) -> str:
     raw = {r.concurrency: r for r in rows if r.backend == "raw"}
     lines = [f"{'backend':<8} {'c':>3} {'runs':>5} {'median ms':>10} {'p95 ms':>9} {'per min':>8} "
-             f"{'median/raw':>11} {'p95/raw':>8} {'rate/raw':>9}"]
+             f"{'median/raw':>11} {'p95/raw':>8} {'rate/raw':>9} {'client CPU ms':>14} {'machine CPU ms':>15}"]
     for r in rows:
         base = raw.get(r.concurrency)
         ratios = ("", "", "") if base is None or r.backend == "raw" else (
             f"{r.median_ms / base.median_ms:.2f}x", f"{r.p95_ms / base.p95_ms:.2f}x",
             f"{r.per_minute / base.per_minute:.2f}x")
         lines.append(f"{r.backend:<8} {r.concurrency:>3} {r.runs:>5} {r.median_ms:>10.0f} {r.p95_ms:>9.0f} "
-                     f"{r.per_minute:>8.0f} {ratios[0]:>11} {ratios[1]:>8} {ratios[2]:>9}")
+                     f"{r.per_minute:>8.0f} {ratios[0]:>11} {ratios[1]:>8} {ratios[2]:>9} {r.client_cpu_ms:>14.0f} "
+                     f"{r.machine_cpu_ms:>15.0f}")
     return "\n".join(lines)
 
 

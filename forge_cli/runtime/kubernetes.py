@@ -184,6 +184,7 @@ class KubernetesSandbox(ContainerSandbox):
             forwards = " & ".join(f"kubectl -n {runtime.namespace} port-forward pod/{host.split('.')[0]} "
                                   f"{runtime.proxy_port + i}:{runtime.proxy_port}" for i, host in enumerate(hosts))
             urls = ",".join(f"http://127.0.0.1:{runtime.proxy_port + i}" for i in range(len(hosts)))
+            urls = urls if len(hosts) == 1 else f"'{urls}'"  # a comma in an override value needs the quotes
             raise UserError(
                 f"runtime=kubernetes: the pods call the in-cluster capture proxy ({', '.join(hosts)}), so forge must "
                 "register the rollouts there and read their records from it: set proxy.url to "
@@ -219,7 +220,7 @@ class KubernetesSandbox(ContainerSandbox):
                 f"runtime=kubernetes: these tasks have tools, served by forge's tool server, which the pods reach only "
                 f"in the cluster, as {tools_host(runtime)}:{runtime.tools_port} (tools.advertise_host is "
                 f"{advertise_host})",
-                fix="run forge in the cluster: forge k8s manifests --with-controller -- OVERRIDES | kubectl apply -f - "
+                fix="run forge in the cluster: forge k8s manifests --with-controller OVERRIDES... | kubectl apply -f - "
                     "(its Job serves the tools there), or pick tasks without tools", exit_code=2)
 
     @classmethod

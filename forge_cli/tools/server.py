@@ -37,6 +37,7 @@ from forge_cli.tools.spec import ToolSpec
 T = TypeVar("T")
 MAX_BODY = 4 << 20
 START_TIMEOUT_S = 30.0
+KEEP_ALIVE_S = 300
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,10 @@ class ToolServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, advertise_host: str | None = None) -> None:
         self.host = host
         self.advertise_host = advertise_host or host
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and without it every
+        # answer on a kept-alive connection waited ~40 ms for the client's delayed ACK (Nagle): 44 ms per request
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                                   socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self.port: int = self._sock.getsockname()[1]
@@ -86,8 +90,11 @@ class ToolServer:
 
     def start(self) -> ToolServer:
         ready = threading.Event()
+        # keep-alive: a harness's MCP client calls again after the model's next turn (seconds to minutes), and under
+        # load uvicorn's 5 s default fired before the event loop read a request already sent: the client's
+        # connection was closed under it (benchmarks/tool_server.py, 1,000 rollouts at once)
         self._server = uvicorn.Server(uvicorn.Config(self._asgi, log_level="warning", lifespan="off", interface="asgi3",
-                                                     access_log=False))
+                                                     access_log=False, timeout_keep_alive=KEEP_ALIVE_S))
 
         def run() -> None:
             loop = asyncio.new_event_loop()
