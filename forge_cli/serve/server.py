@@ -123,6 +123,12 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def gpu_visible() -> bool:
+    """Whether a CUDA (NVIDIA) or ROCm (AMD) device node is visible to this process."""
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
+
+
 def serving_dtype(model: SmolModel | VllmModel) -> str:
     """``model.dtype``, with ``auto`` on CPU resolved to float32 unless the CPU has native bf16.
 
@@ -336,6 +342,12 @@ def start_server(model: ModelConfig, port: int | None = None, *, log_path: Path 
         raise UserError(f"model.host={model.host}: forge binds its policy servers to {LOOPBACK} only",
                         fix=f"set model.host={LOOPBACK}", exit_code=2)
     check_model(model)
+    if model.device == "gpu" and not gpu_visible():
+        # vLLM would fall back to its CPU platform without forge's CPU settings (eager mode, KV cache size) and
+        # spend its first request compiling: it looks hung (seen with model=vllm, whose default device is gpu)
+        raise UserError("model.device=gpu but this machine shows no GPU (no /dev/nvidia*, /dev/kfd)",
+                        fix="serve on the CPU: model.device=cpu (small models only), or run on a GPU machine",
+                        exit_code=2)
     chosen = model.port if port is None else port
     if chosen == 0:
         chosen = free_port(model.host)

@@ -144,3 +144,14 @@ def test_serve_foreground_answers_then_stops_cleanly_on_sigterm() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_gpu_model_on_a_machine_without_one(tmp_path: Path) -> None:
+    from forge_cli.serve.server import gpu_visible
+
+    if gpu_visible():
+        pytest.skip("this machine has a GPU: model.device=gpu is served")
+    (tmp_path / "config.json").write_text("{}")
+    result = forge("serve", "model=vllm", f"model.path={tmp_path}", "--port", "0")
+    assert result.returncode == 2
+    _one_clear_error(result, "model.device=gpu but this machine shows no GPU", "model.device=cpu")
