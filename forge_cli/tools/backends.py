@@ -1,16 +1,19 @@
-"""Backends that execute one tool dispatch: ``http`` (an environment service) and ``builtin`` (in-process)."""
+"""Backends that execute one tool dispatch: ``http`` (an environment service), ``builtin`` (in-process) and
+``browser`` (the rollout's own browser, forge_cli/browser/session.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
+from forge_cli.browser.session import BrowserSession
 from forge_cli.tools.services import SERVICES, Mailbox, ToolError
-from forge_cli.tools.spec import BuiltinBackendSpec, HttpBackendSpec, ToolSpec
+from forge_cli.tools.spec import BrowserBackendSpec, BuiltinBackendSpec, HttpBackendSpec, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,8 @@ class Outcome:
 
     result: Any
     is_error: bool = False
+    # images beside the result (media type, base64): MCP clients get them as image content
+    images: tuple[tuple[str, str], ...] = ()
 
 
 class Backend(Protocol):
@@ -78,3 +83,15 @@ class BuiltinBackend:
 
     def snapshot(self) -> dict[str, Any]:
         return {name: svc.snapshot() for name, svc in self.services.items()}
+
+
+class BrowserBackend:
+    """The rollout's browser (started before the harness, closed after the verifier read the page)."""
+
+    def __init__(self, setup: dict[str, Any], log_dir: Path | None) -> None:
+        self.session = BrowserSession(setup, log_dir)
+
+    async def call(self, tool: ToolSpec, arguments: dict[str, Any]) -> Outcome:
+        assert isinstance(tool.backend, BrowserBackendSpec)
+        answer = await self.session.call(tool.name, arguments)
+        return Outcome(answer.text, answer.is_error, answer.images)

@@ -33,8 +33,10 @@ def mcp_manager(tools: RolloutTools) -> StreamableHTTPSessionManager:
                 content=[types.TextContent(text=f"unknown tool '{params.name}' (tools: {', '.join(tools.tools)})")],
                 is_error=True)
         outcome = await tools.dispatch(params.name, params.arguments or {}, "mcp")
-        return types.CallToolResult(content=[types.TextContent(text=result_text(outcome.result))],
-                                    is_error=outcome.is_error)
+        content: list[types.TextContent | types.ImageContent | types.AudioContent | types.ResourceLink
+                      | types.EmbeddedResource] = [types.TextContent(text=result_text(outcome.result))]
+        content += [types.ImageContent(data=data, mime_type=mime) for mime, data in outcome.images]
+        return types.CallToolResult(content=content, is_error=outcome.is_error)
 
     server: Server[Any] = Server(SERVER_NAME, version="1", on_list_tools=list_tools, on_call_tool=call_tool,
                                  instructions="Tools of the current task, served by forge.")

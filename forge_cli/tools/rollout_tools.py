@@ -13,9 +13,9 @@ import httpx
 import jsonschema
 
 from forge_cli.proxy.auth import digest, matches
-from forge_cli.tools.backends import Backend, BuiltinBackend, HttpBackend, Outcome
+from forge_cli.tools.backends import Backend, BrowserBackend, BuiltinBackend, HttpBackend, Outcome
 from forge_cli.tools.calllog import ToolCallLog, Transport
-from forge_cli.tools.spec import BuiltinBackendSpec, ToolSpec
+from forge_cli.tools.spec import BrowserBackendSpec, BuiltinBackendSpec, ToolSpec
 
 
 class RolloutTools:
@@ -32,6 +32,9 @@ class RolloutTools:
             if isinstance(tool.backend, BuiltinBackendSpec):
                 self.builtin.service(tool.backend.service)
         self.http = HttpBackend(rollout_id, client)
+        # the rollout's own browser when a tool needs one (its page from the task's tool_state.browser)
+        self.browser = BrowserBackend(dict(state.get("browser") or {}), log_path.parent if log_path else None) \
+            if any(isinstance(t.backend, BrowserBackendSpec) for t in tools) else None
         self.log = ToolCallLog(log_path)
         self.mcp_methods: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -44,7 +47,19 @@ class RolloutTools:
         with self._lock:
             self.mcp_methods[method] += 1
 
+    async def start(self) -> None:
+        """Start what must run before the harness (the browser); raises when it cannot (an infra error)."""
+        if self.browser is not None:
+            await self.browser.session.start()
+
+    async def close(self) -> None:
+        if self.browser is not None:
+            await self.browser.session.close()
+
     def _backend(self, tool: ToolSpec) -> Backend:
+        if isinstance(tool.backend, BrowserBackendSpec):
+            assert self.browser is not None
+            return self.browser
         return self.builtin if isinstance(tool.backend, BuiltinBackendSpec) else self.http
 
     async def dispatch(self, name: str, arguments: Any, transport: Transport) -> Outcome:
@@ -59,7 +74,9 @@ class RolloutTools:
                 outcome = await self._backend(tool).call(tool, arguments)
             except Exception as exc:  # a backend bug must not take the server down; the agent sees an error
                 outcome = Outcome(f"{type(exc).__name__}: {exc}", True)
-        self.log.append(name, arguments, outcome.result, outcome.is_error, transport, started, time.time())
+        logged = outcome.result if not outcome.images else \
+            {"text": outcome.result, "images": [f"{mime}, {len(data) * 3 // 4} bytes" for mime, data in outcome.images]}
+        self.log.append(name, arguments, logged, outcome.is_error, transport, started, time.time())
         return outcome
 
     def summary(self) -> dict[str, Any]:
@@ -70,9 +87,13 @@ class RolloutTools:
         return {"calls": len(calls), "errors": sum(1 for c in calls if c["is_error"]),
                 "by_tool": dict(Counter(c["tool"] for c in calls)), "mcp_methods": methods}
 
-    def state(self) -> dict[str, Any]:
-        """What a verifier reads: every dispatch and the final state of the builtin services."""
-        return {"rollout_id": self.rollout_id, "calls": self.log.records(), "services": self.builtin.snapshot()}
+    async def state(self) -> dict[str, Any]:
+        """What a verifier reads: every dispatch, the final state of the builtin services and the browser's page
+        (``services.browser``: its setup value, URL and ``state_js`` value)."""
+        services = self.builtin.snapshot()
+        if self.browser is not None:
+            services["browser"] = await self.browser.session.state()
+        return {"rollout_id": self.rollout_id, "calls": self.log.records(), "services": services}
 
 
 def _schema_errors(schema: dict[str, Any], arguments: Any) -> str:

@@ -38,6 +38,8 @@ T = TypeVar("T")
 MAX_BODY = 4 << 20
 START_TIMEOUT_S = 30.0
 KEEP_ALIVE_S = 300
+# a rollout's browser (Chromium, its page, @playwright/mcp) may take this long to start on a loaded machine
+BROWSER_START_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -160,17 +162,24 @@ class ToolServer:
 
             entry.task = asyncio.create_task(hold())
             await started.wait()
+            await entry_tools.start()
 
         with self._lock:
             if rollout_id in self._entries:
                 raise ValueError(f"rollout {rollout_id} is already registered at the tool server")
             self._entries[rollout_id] = entry
-        self._run(start)
+        try:
+            self._run(start, timeout=START_TIMEOUT_S + BROWSER_START_S)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.unregister(rollout_id)
+            raise
         return ToolGrant(rollout_id, key, f"{self.url}/r/{rollout_id}")
 
     def state(self, rollout_id: str) -> dict[str, Any]:
-        """Every dispatch and the builtin services' state, for the verifier."""
-        return self._entries[rollout_id].tools.state()
+        """Every dispatch, the builtin services' state and the browser's page, for the verifier."""
+        tools = self._entries[rollout_id].tools
+        return self._run(tools.state)
 
     def summary(self, rollout_id: str) -> dict[str, Any]:
         return self._entries[rollout_id].tools.summary()
@@ -182,8 +191,11 @@ class ToolServer:
 
         async def stop() -> None:
             entry.stop.set()
-            if entry.task is not None:
-                await entry.task
+            try:
+                await entry.tools.close()
+            finally:
+                if entry.task is not None:
+                    await entry.task
 
         self._run(stop)
         return entry.tools.summary()

@@ -31,7 +31,14 @@ class BuiltinBackendSpec(_Strict):
     service: str
 
 
-BackendSpec = Annotated[HttpBackendSpec | BuiltinBackendSpec, Field(discriminator="kind")]
+class BrowserBackendSpec(_Strict):
+    """The rollout's own browser: the call goes to its ``@playwright/mcp`` server (forge_cli/browser/session.py).
+    The page it opens and the script that reads its state come from the task's ``tool_state.browser``."""
+
+    kind: Literal["browser"]
+
+
+BackendSpec = Annotated[HttpBackendSpec | BuiltinBackendSpec | BrowserBackendSpec, Field(discriminator="kind")]
 
 
 class ToolSpec(_Strict):
@@ -71,8 +78,8 @@ def parse_tools(entries: Any, where: str) -> tuple[ToolSpec, ...]:
             problems += [f"tools.{i}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
     if problems:
         raise UserError(f"{where}: invalid tool spec ({'; '.join(problems)})",
-                        fix="each tool needs name, description, input_schema (type: object) and "
-                            "backend {kind: http, url} or {kind: builtin, service}", exit_code=2) from None
+                        fix="each tool needs name, description, input_schema (type: object) and backend "
+                            "{kind: http, url}, {kind: builtin, service} or {kind: browser}", exit_code=2) from None
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise UserError(f"{where}: duplicate tool names in {names}", exit_code=2)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +64,7 @@ class OneTaskSource(TaskSource):
         return [Task(id="only", instruction="Do it.", verifier=ShellVerifier("true"))]
 
 
-@pytest.mark.parametrize("env", ["harbor", "claweval", "qwenclawbench", "osworld", "browser"])
+@pytest.mark.parametrize("env", ["harbor", "claweval", "qwenclawbench", "osworld"])
 def test_sources_that_cannot_run_say_why_with_exit_2(env: str) -> None:
     with pytest.raises(UserError) as raised:
         load_tasks(_env(f"env={env}"))
@@ -73,21 +72,10 @@ def test_sources_that_cannot_run_say_why_with_exit_2(env: str) -> None:
 
 
 def test_missing_env_path_is_exit_2(tmp_path: Path) -> None:
-    for env in ("builtin", "harbor", "browser"):
+    for env in ("builtin", "harbor", "miniwob"):
         with pytest.raises(UserError) as raised:
             load_tasks(_env(f"env={env}", f"env.path={tmp_path / 'missing'}"))
         assert raised.value.exit_code == 2, env
-
-
-def test_browser_jsonl(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text(json.dumps({"id": "w1", "url": "http://127.0.0.1:1/", "instruction": "Click it",
-                                "check": "true"}) + "\n\n")
-    (task,) = load_tasks(_env("env=browser", f"env.path={path}")).tasks
-    assert task.id == "w1" and "http://127.0.0.1:1/" in task.instruction and task.verify == "shell: true"
-    path.write_text("{not json\n")
-    with pytest.raises(UserError, match=r"tasks.jsonl:1: not a task"):
-        load_tasks(_env("env=browser", f"env.path={path}"))
 
 
 # ---------------------------------------------------------------- conformance: every registered source
@@ -98,10 +86,6 @@ def test_source_conformance(name: str, tmp_path: Path) -> None:
     cls = SOURCES[name]
     assert cls.name == name and source_class(name) is cls
     overrides = [f"env.source={name}"]
-    if name == "browser":
-        path = tmp_path / "t.jsonl"
-        path.write_text(json.dumps({"id": "a", "url": "http://127.0.0.1:1/", "instruction": "x", "check": "true"}))
-        overrides.append(f"env.path={path}")
     if name == "harbor":
         overrides.append(f"env.path={Path(__file__).parent / 'harbor_tasks'}")
     env = _env(*overrides)

@@ -82,6 +82,9 @@ CASES: dict[str, list[Case]] = {
     # scores 1.0, unsolved = doing nothing fails, broken = a grader that raises is an infra error with its traceback
     "claweval": [],  # tests/envs/test_claweval.py
     "qwenclawbench": [],  # tests/envs/test_qwenclawbench.py
+    # the page's reward in a real browser: solved = the scripted click, unsolved = a wrong click or none, broken =
+    # a page that cannot be read (tests/envs/test_miniwob.py)
+    "miniwob": [],
 }
 
 

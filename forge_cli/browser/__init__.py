@@ -1,0 +1,1 @@
+"""Browsers for web tasks: one headless Chromium per rollout, driven through @playwright/mcp."""
