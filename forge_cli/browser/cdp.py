@@ -6,6 +6,7 @@ read the page's reward after the harness ended); the agent's browser tools go th
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from typing import Any
 
@@ -28,31 +29,46 @@ def _page_ws_url(cdp_url: str) -> str:
     return str(pages[0]["webSocketDebuggerUrl"])
 
 
-def evaluate_sync(cdp_url: str, expression: str, timeout: float = TIMEOUT_S) -> Any:
-    """The JSON value of ``expression`` (awaited when it is a promise) in the browser's first page."""
+def command_sync(cdp_url: str, method: str, params: dict[str, Any], timeout: float = TIMEOUT_S) -> dict[str, Any]:
+    """The result of one CDP command sent to the browser's first page."""
     try:
         ws = websocket.create_connection(_page_ws_url(cdp_url), timeout=timeout, suppress_origin=True)
     except (OSError, websocket.WebSocketException) as exc:
         raise BrowserError(f"cannot open the page's DevTools socket ({exc})") from None
     try:
-        ws.send(json.dumps({"id": 1, "method": "Runtime.evaluate",
-                            "params": {"expression": expression, "returnByValue": True, "awaitPromise": True}}))
+        ws.send(json.dumps({"id": 1, "method": method, "params": params}))
         while True:
             message = json.loads(ws.recv())
             if message.get("id") == 1:
                 break
     except (OSError, ValueError, websocket.WebSocketException) as exc:
-        raise BrowserError(f"the page did not answer an evaluation ({exc})") from None
+        raise BrowserError(f"the page did not answer {method} ({exc})") from None
     finally:
         ws.close()
     if "error" in message:
-        raise BrowserError(f"evaluation refused: {message['error']}")
-    result = message.get("result", {})
+        raise BrowserError(f"{method} refused: {message['error']}")
+    result: dict[str, Any] = message.get("result", {})
+    return result
+
+
+def screenshot_sync(cdp_url: str) -> bytes:
+    """The page's viewport as PNG."""
+    return base64.b64decode(command_sync(cdp_url, "Page.captureScreenshot", {"format": "png"})["data"])
+
+
+def evaluate_sync(cdp_url: str, expression: str, timeout: float = TIMEOUT_S) -> Any:
+    """The JSON value of ``expression`` (awaited when it is a promise) in the browser's first page."""
+    result = command_sync(cdp_url, "Runtime.evaluate",
+                          {"expression": expression, "returnByValue": True, "awaitPromise": True}, timeout)
     if "exceptionDetails" in result:
         details = result["exceptionDetails"]
         text = details.get("exception", {}).get("description") or details.get("text", "")
         raise BrowserError(f"the page's script failed: {text[:500]}")
     return result.get("result", {}).get("value")
+
+
+async def screenshot(cdp_url: str) -> bytes:
+    return await asyncio.to_thread(screenshot_sync, cdp_url)
 
 
 async def evaluate(cdp_url: str, expression: str, timeout: float = TIMEOUT_S) -> Any:

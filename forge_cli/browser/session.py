@@ -8,7 +8,9 @@ What a task asks for (its ``tool_state.browser``):
   MiniWoB++ episode with a seed); its value is kept as ``setup`` in the state the task source and verifier read;
 - ``state_js``: an expression whose value is the page's state for the verifier (e.g. the MiniWoB++ reward),
   evaluated when the verifier asks, after the harness's processes were killed;
-- ``chromium``: the browser executable (default: the first Chromium on PATH).
+- ``chromium``: the browser executable (default: the first Chromium on PATH);
+- ``screenshots``: true to keep the trajectory forge's own way, a screenshot after every action of the agent and one
+  at the end (``browser/step-NNN.png``; what web judges look at), listed in the state.
 
 Files per rollout (``<run dir>/rollouts/<id>/``): ``browser/`` (screenshots and console logs the server saved),
 ``browser.log`` (Chromium's output), ``browser-mcp.log`` (the server's); every tool call is in ``tool_calls.jsonl``.
@@ -30,6 +32,8 @@ from forge_cli.browser.mcp_stdio import McpError, StdioMcpClient
 from forge_cli.browser.tools import BROWSER_TOOLS, DEFAULT_ARGUMENTS
 
 LOAD_TIMEOUT_S = 30.0
+# tools that only look: no screenshot of the trajectory after them
+PASSIVE = frozenset({"browser_snapshot", "browser_take_screenshot", "browser_wait_for"})
 CALL_TIMEOUT_S = 60.0
 # the generated-code section of the server's answers: tokens the agent does not need
 _CODE_SECTION = re.compile(r"### Ran Playwright code\n```\w*\n.*?```\n?", re.DOTALL)
@@ -60,6 +64,7 @@ class BrowserSession:
     setup_result: Any = None
     screenshots: list[str] = field(default_factory=list)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _final_taken: bool = False
 
     @property
     def directory(self) -> Path:
@@ -116,6 +121,8 @@ class BrowserSession:
                                                      timeout=CALL_TIMEOUT_S)
             except McpError as exc:
                 return ToolAnswer(f"the browser did not carry out {name}: {exc}", is_error=True)
+        if self.setup.get("screenshots") and name not in PASSIVE:
+            await self._keep_screenshot()
         texts, images = [], []
         for part in result.get("content") or []:
             if part.get("type") == "text":
@@ -139,11 +146,27 @@ class BrowserSession:
         text = _CONSOLE_LINK.sub("", _CODE_SECTION.sub("", text))
         return _SNAPSHOT_LINK.sub(inline, text).replace("### Events\n\n", "").strip()
 
+    async def _keep_screenshot(self) -> None:
+        if self.chromium is None:
+            return
+        path = self.directory / "browser" / f"step-{len(self.screenshots):03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.write_bytes(await cdp.screenshot(self.chromium.cdp_url))
+        except BrowserError:  # a page between two documents: the next action's screenshot shows it
+            return
+        self.screenshots.append(str(path))
+
     async def state(self) -> dict[str, Any]:
-        """What the verifier reads: the page's state (``state_js``), the setup's value, the page's URL."""
-        out: dict[str, Any] = {"setup": self.setup_result, "url": None, "state": None}
+        """What the verifier reads: the page's state (``state_js``), the setup's value, the page's URL and, with
+        ``screenshots``, the trajectory's screenshots (the last one taken now)."""
+        out: dict[str, Any] = {"setup": self.setup_result, "url": None, "state": None, "screenshots": []}
         if self.chromium is None:
             return out
+        if self.setup.get("screenshots") and not self._final_taken:
+            await self._keep_screenshot()
+            self._final_taken = True
+        out["screenshots"] = list(self.screenshots)
         out["url"] = await cdp.evaluate(self.chromium.cdp_url, "location.href")
         if self.setup.get("state_js"):
             out["state"] = await cdp.evaluate(self.chromium.cdp_url, str(self.setup["state_js"]))

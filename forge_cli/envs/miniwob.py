@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from forge_cli.browser.prerequisites import ensure_browser
 from forge_cli.browser.tools import BROWSER_TOOLS
 from forge_cli.envs.source import Log, Purpose, TaskSource
 from forge_cli.envs.task import Task
@@ -145,16 +146,7 @@ class MiniwobSource(TaskSource, name="miniwob"):
         return INSTRUCTION.format(utterance=utterance.strip())
 
     def build(self, tasks: list[Task], runtime_kind: str, log: Log) -> None:
-        if runtime_kind == "kubernetes":
-            raise UserError("env=miniwob runs each rollout's browser beside forge's tool server, which a Kubernetes "
-                            "run does not have yet", fix="use runtime=local or runtime=docker", exit_code=2)
-        from forge_cli.browser import playwright_mcp
-        from forge_cli.browser.chromium import chromium_path
-
-        chromium_path()
-        if playwright_mcp.manifest() is None:
-            log(f"installing {playwright_mcp.PACKAGE}@{playwright_mcp.VERSION} (the browser tools) ...")
-        playwright_mcp.ensure_installed()
+        ensure_browser(self.env.name, runtime_kind, log)
 
 
 class MiniwobVerifier(Verifier, kind="miniwob"):

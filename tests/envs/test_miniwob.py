@@ -12,6 +12,7 @@ import http.server
 import json
 import re
 import shutil
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,3 +241,35 @@ def test_four_rollouts_get_four_browsers_that_share_nothing(tool_server: ToolSer
         assert not any(p.exists() for p in profiles)  # profiles deleted with their browsers
     finally:
         site.shutdown()
+
+
+# ---------------------------------------------------------------- forge eval, the default harness, real vLLM
+@pytest.mark.vllm
+@pytest.mark.docker
+@pytest.mark.mitm
+def test_forge_eval_with_react_scores_from_the_pages(tmp_path: Path, policy_server: Any) -> None:
+    """The default harness (react, in docker) on three MiniWoB++ tasks, offline: every trial scored by its page (any
+    score), none an infra error, each with its browser's logs."""
+    from tests.eval.test_eval_cli import _eval
+
+    _need(browser=True)
+    code, report, stderr = _eval(
+        tmp_path, f"proxy.upstream={policy_server.url}", "proxy.port=0", f"run.output_dir={tmp_path / 'runs'}",
+        "+env=miniwob", "env.options.envs=[click-button,click-link,focus-text]", "env.options.test_seeds=1",
+        'harness.command=[python3,"{{bundle}}/bin/forge-react",--max-steps,"2",--tools,text,"{{instruction}}"]',
+        "runtime=docker", "eval.trials=1", "model.max_output_tokens=64")
+    assert code == 0, stderr
+    run_dir = Path(report["meta"]["run_dir"])
+    results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in results) == ["click-button@1000", "click-link@1000", "focus-text@1000"]
+    assert all(r["status"] != "infra_error" and r["reward"] is not None for r in results), results
+    with sqlite3.connect(run_dir / "traces.sqlite") as db:
+        for r in results:
+            logs = Path(r["logs"])
+            assert (logs / "browser.log").is_file() and (logs / "browser-mcp.log").is_file()
+            assert "miniwob: the page's reward" in (logs / "verifier.log").read_text()
+            # the model was told the page's own utterance (read when the rollout started), not the placeholder
+            utterance = r["verifier"]["details"]["utterance"]
+            (first,) = db.execute("SELECT request FROM calls WHERE rollout_id = ? ORDER BY seq LIMIT 1",
+                                  (r["rollout_id"],)).fetchone()
+            assert json.dumps(utterance)[1:-1] in first and "read when the rollout starts" not in first

@@ -85,6 +85,8 @@ CASES: dict[str, list[Case]] = {
     # the page's reward in a real browser: solved = the scripted click, unsolved = a wrong click or none, broken =
     # a page that cannot be read (tests/envs/test_miniwob.py)
     "miniwob": [],
+    # the benchmark judges through a scripted judge server (tests/envs/test_web_judged.py)
+    "webjudge": [],
 }
 
 

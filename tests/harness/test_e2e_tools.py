@@ -87,3 +87,34 @@ def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> 
         return
     for name in TOOLS:
         assert any(o.endswith(name) for o in offered), f"{harness}: {name} not offered to the model: {sorted(offered)}"
+
+
+def test_an_mcp_harness_gets_the_browser_of_a_miniwob_task(env: Env) -> None:  # noqa: F811
+    """pi (a real MCP harness, in docker) on MiniWoB++'s click-button via forge eval: it connected to the rollout's
+    browser tools over MCP, the model was offered them, and the page scored the trial (any score), offline."""
+    from forge_cli.browser import playwright_mcp
+    from forge_cli.envs import miniwob
+    from forge_cli.paths import forge_home
+
+    if miniwob.package_html() is None or playwright_mcp.manifest() is None:
+        pytest.skip("scripts/setup.sh web (the MiniWoB++ pages and @playwright/mcp) has not run")
+    if not (env.home / "tools").exists():
+        (env.home / "tools").symlink_to(forge_home() / "tools")
+    args = [sys.executable, "-m", "forge_cli", "eval", "--json", "+harness=pi", "+env=miniwob", "runtime=docker",
+            "env.options.envs=[click-button]", "env.options.test_seeds=1", "eval.trials=1",
+            f"proxy.upstream={env.upstream}", "proxy.port=0", "tools.port=0", "model.max_output_tokens=64",
+            f"model.max_model_len={LONG_CONTEXT}", f"harness.timeout_s={harness_timeout('pi')}",
+            f"run.output_dir={env.out}", "run.name=e2e-miniwob-pi"]
+    done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=harness_timeout("pi") + 600,
+                          env={**os.environ, "COLUMNS": "200", "FORGE_HOME": str(env.home)}, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = Path(json.loads(done.stdout)["meta"]["run_dir"])
+    (result,) = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert result["status"] in ("ok", "agent_error") and result["reward"] is not None, result
+    assert result["tools"]["mcp_methods"].get("tools/list", 0) >= 1
+    assert (Path(result["logs"]) / "browser.log").is_file()
+    with sqlite3.connect(run_dir / "traces.sqlite") as db:
+        (request,) = db.execute("SELECT request FROM calls WHERE rollout_id = ? ORDER BY seq LIMIT 1",
+                                (result["rollout_id"],)).fetchone()
+    offered = _offered(json.loads(request))
+    assert any(name.endswith("browser_click") for name in offered), sorted(offered)
