@@ -40,7 +40,7 @@ def read_results(run_dir: Path) -> list[RolloutResult]:
 
 def read_run(run_dir: Path, step: int | None = None) -> Iterator[RunRollout]:
     """The run's rollouts (of batch ``step`` only, when given) with their calls from the trace store."""
-    from forge_cli.traces.store import iter_calls, open_store
+    from forge_cli.traces.store import iter_calls, open_store, resolve_record
 
     if not (run_dir / "results.jsonl").is_file():
         raise UserError(f"{run_dir} is not a run directory (no results.jsonl)", exit_code=2)
@@ -49,7 +49,8 @@ def read_run(run_dir: Path, step: int | None = None) -> Iterator[RunRollout]:
     conn = open_store(store, readonly=True) if store.is_file() else None
     try:
         for result in results:
-            calls = list(iter_calls(conn, result.rollout_id)) if conn is not None else []
+            # images come back from the store's blobs: a vision-language sample needs them
+            calls = [resolve_record(conn, c) for c in iter_calls(conn, result.rollout_id)] if conn is not None else []
             yield RunRollout(result, calls)
     finally:
         if conn is not None:

@@ -17,6 +17,11 @@ With ``trainer.lora`` (``forge_cli/train/lora.py``) the model is wrapped with pe
 trainable and in AdamW, KL's reference is the base with the adapter disabled, and checkpoints hold the adapter
 (PEFT format) instead of full weights. ``model_dir`` may itself be a LoRA checkpoint: its adapter is trained on
 (``trainer.lora`` set, same settings) or merged into the weights trained in full (``trainer.lora`` null).
+
+A vision-language checkpoint (a config with a vision tower: SmolVLM/Idefics3, Qwen2.5-VL) is loaded as an
+image-text-to-text model; samples with images (screenshots) get their pixel values from the checkpoint's own image
+processor, the same one vLLM's multimodal processor used, so the image placeholders in the recorded token ids line
+up with the image features (such rows go through the model one at a time).
 """
 
 from __future__ import annotations
@@ -38,7 +43,28 @@ if TYPE_CHECKING:
 STATE_FILE = "trainer_state.pt"
 # files of the model directory copied into every checkpoint (the tokenizer and forge's tool chat template)
 MODEL_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-               "generation_config.json", "vocab.json", "merges.txt")
+               "generation_config.json", "vocab.json", "merges.txt", "processor_config.json",
+               "preprocessor_config.json")
+
+
+def is_vision_model(directory: Path) -> bool:
+    """Whether the HF directory holds a vision-language model (its config has a vision tower)."""
+    import json
+
+    try:
+        return "vision_config" in json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def load_model(directory: Path) -> Any:
+    """The HF model of ``directory`` in float32: a causal LM, or an image-text-to-text model for a vision-language
+    checkpoint (SmolVLM/Idefics3, Qwen2.5-VL, ...)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    loader: Any = AutoModelForImageTextToText if is_vision_model(directory) else AutoModelForCausalLM
+    return loader.from_pretrained(directory, dtype=torch.float32)
 
 
 def pack(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
@@ -72,6 +98,12 @@ class LocalTrainer(TrainerBackend, kind="local"):
         self.device = torch.device("cuda" if device == "gpu" and torch.cuda.is_available() else "cpu")
         self.bf16 = uses_bf16(trainer.precision, self.device.type)
         self.model: Any = self._build(self.model_dir)
+        # a vision-language policy: its image processor turns a sample's images into pixel values
+        self.image_processor: Any = None
+        if is_vision_model(self.model_dir):
+            from transformers import AutoProcessor
+
+            self.image_processor = AutoProcessor.from_pretrained(self.model_dir).image_processor
         self._prepare_model()
         self.optimizer = self._optimizer()
         self.steps = 0
@@ -80,14 +112,11 @@ class LocalTrainer(TrainerBackend, kind="local"):
     def _build(self, directory: Path) -> Any:
         """The policy from ``directory`` (a full HF directory, or a LoRA checkpoint on its base): the full model,
         or with ``trainer.lora`` the base wrapped with LoRA adapters (fresh, or those saved in ``directory``)."""
-        import torch
-        from transformers import AutoModelForCausalLM
-
         from forge_cli.serve.adapter import is_adapter_dir
         from forge_cli.train import lora
 
         adapter = is_adapter_dir(directory)
-        model: Any = AutoModelForCausalLM.from_pretrained(lora.base_directory(directory), dtype=torch.float32)
+        model: Any = load_model(lora.base_directory(directory))
         if self.trainer.lora is not None:
             if adapter:
                 lora.check_matches(directory, self.trainer.lora)
@@ -134,6 +163,15 @@ class LocalTrainer(TrainerBackend, kind="local"):
         tensor small (the vocabulary is ~49k for the default model)."""
         import torch
 
+        if len(batch) > 1 and any(s.images for s in batch):
+            # rows with images one at a time: each row's images are its own pixel values
+            rows = [self.logprobs([s]) for s in batch]
+            span = max(r[0].shape[1] for r in rows)
+            out = torch.zeros((len(batch), span), device=self.device)
+            mask = torch.zeros((len(batch), span), device=self.device)
+            for row, (values, row_mask) in enumerate(rows):
+                out[row, :values.shape[1]], mask[row, :row_mask.shape[1]] = values[0], row_mask[0]
+            return out, mask
         width = max(len(s.input_ids) for s in batch)
         span = max(len(s.response_ids) for s in batch)
         ids = torch.zeros((len(batch), width), dtype=torch.long)
@@ -145,9 +183,10 @@ class LocalTrainer(TrainerBackend, kind="local"):
         positions = (attention.cumsum(-1) - 1).clamp_min(0)
         ids, attention, positions = ids.to(self.device), attention.to(self.device), positions.to(self.device)
         # bf16 autocast: matmuls in bf16, the weights (and so gradients and AdamW state) stay float32
+        pixels = self._pixels(batch[0]) if batch[0].images else {}
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             logits = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                                logits_to_keep=span + 1).logits.float()
+                                logits_to_keep=span + 1, **pixels).logits.float()
         # logits[:, j] predicts the token at position width - span - 1 + j + 1; response token i of a row (of n
         # response tokens) sits at position width - n + i
         targets = ids[:, width - span:]
@@ -159,6 +198,16 @@ class LocalTrainer(TrainerBackend, kind="local"):
             out[row, :n] = token_logprobs[row, span - n:]
             mask[row, :n] = torch.tensor(sample.loss_mask, dtype=torch.float32)
         return out, mask
+
+    def _pixels(self, sample: Sample) -> dict[str, Any]:
+        """The model's image inputs for one sample (``pixel_values`` and what else its processor gives)."""
+        from forge_cli.train.verl.convert import decode_images
+
+        if self.image_processor is None:
+            raise ValueError(f"sample {sample.rollout_id}/{sample.segment} has images but {self.model_dir} is not a "
+                             "vision-language model")
+        processed = self.image_processor(images=[decode_images(sample.images)], return_tensors="pt")
+        return {k: v.to(self.device) for k, v in processed.items() if k.startswith("pixel") or k.endswith("_thw")}
 
     def batch_weights(self, samples: list[Sample]) -> dict[int, torch.Tensor]:
         """Per-token loss weights of each sample (``algos.token_loss_weights`` over the whole batch, the segments
@@ -227,13 +276,12 @@ class LocalTrainer(TrainerBackend, kind="local"):
         """Logprobs of the batch's response tokens under the frozen initial weights (KL to a reference); with
         LoRA, the base model: the same module with its adapter disabled."""
         import torch
-        from transformers import AutoModelForCausalLM
 
         if self.trainer.lora is not None:
             with torch.no_grad(), self.model.disable_adapter():
                 return self.logprobs(batch)[0]
         if self.reference is None:
-            model: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+            model: Any = load_model(self.model_dir)
             self.reference = model.to(self.device).eval()
             if self.bf16:
                 _float32_head(self.reference)

@@ -10,6 +10,9 @@ Layout of one segment: ``prompt_ids`` is the context before the first sampled to
 ``response_ids`` is everything after it (sampled tokens and in-between context, in order); ``loss_mask`` and
 ``rollout_logprobs`` run parallel to ``response_ids`` (mask 1 = sampled by the policy; logprob 0.0 where the mask
 is 0).
+
+A call whose request carries images (screenshots) gives its segment those images (``images``): the prompt token ids
+vLLM recorded already hold its image placeholders, and the trainer feeds the images beside them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class Sample:
     # number of calls merged into this segment
     calls: int = 1
     harness: str = ""
+    # vision-language samples: the images the token ids hold placeholders for, in order (base64 of the file as the
+    # harness sent it; the trainer's image processor turns them into pixel values, veRL gets them as
+    # multi_modal_data); empty for text
+    images: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not (len(self.response_ids) == len(self.loss_mask) == len(self.rollout_logprobs)):

@@ -99,6 +99,9 @@ class RolloutStats:
     truncated_samples: int = 0
     over_length_calls: int = 0
     loss_tokens: int = 0
+    # samples left out because their images cannot be trained on: an image given by URL (not inline data), or a
+    # cut through the images' placeholders (truncation of a segment that holds images)
+    image_samples_dropped: int = 0
     # call count per reason (REASONS)
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -213,6 +216,8 @@ class _Segment:
     logprobs: list[float] = field(default_factory=list)
     # per trainable call: (first completion index, end index, weight version)
     calls: list[tuple[int, int, str | None]] = field(default_factory=list)
+    # per trainable call: the images of its upstream request (None: one is not inline data)
+    images: list[list[str] | None] = field(default_factory=list)
 
     def append(self, call: CallRecord) -> None:
         prompt, completion = call.prompt_token_ids or [], call.completion_token_ids or []
@@ -225,6 +230,27 @@ class _Segment:
         self.mask += [1] * len(completion)
         self.logprobs += [float(v) for v in call.completion_logprobs or []]
         self.calls.append((begin, len(self.tokens), call.weight_version))
+        # what vLLM was sent: the translated request, or the client's own Chat Completions request (kept once)
+        self.images.append(request_images(call.upstream_request if call.upstream_request is not None
+                                          else call.request))
+
+
+def request_images(request: Any) -> list[str] | None:
+    """The base64 images of a Chat Completions request (what vLLM was sent), in message order; None when one is not
+    inline data (a URL vLLM fetched: forge does not fetch it again for training)."""
+    found: list[str] = []
+    messages = request.get("messages") if isinstance(request, dict) else None
+    for message in messages or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
+                return None
+            found.append(url.split(";base64,", 1)[1])
+    return found
 
 
 def _extends(prompt: Sequence[int], history: Sequence[int]) -> bool:
@@ -300,10 +326,15 @@ def segment_calls(calls: Sequence[CallRecord], *, max_seq_len: int | None = None
                 continue  # empty answers only: nothing to train on
             lo, hi = begin - seg.start, end - seg.start
             versions = list(dict.fromkeys(v for _, _, v in seg.calls[first:last + 1] if v is not None))
+            # the last call's request holds the whole conversation so far: its images are the piece's
+            images = seg.images[last]
+            if images is None or (images and cut):
+                stats.image_samples_dropped += 1
+                continue
             samples.append(Sample(rollout_id=rollout_id, group_id="", task_id="", segment=len(samples),
                                   prompt_ids=seg.tokens[cut:begin], response_ids=seg.tokens[begin:end],
                                   loss_mask=seg.mask[lo:hi], rollout_logprobs=seg.logprobs[lo:hi], reward=0.0,
-                                  weight_versions=versions, truncated=cut, calls=last - first + 1))
+                                  weight_versions=versions, truncated=cut, calls=last - first + 1, images=images))
             stats.truncated_tokens += cut
             stats.truncated_samples += cut > 0
     stats.samples = len(samples)

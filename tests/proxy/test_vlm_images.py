@@ -98,3 +98,91 @@ def test_a_screenshot_through_each_wire_format_is_seen_by_the_model_and_stored_o
         assert json.loads(prompt_ids).count(image_token) >= 4, f"{wire}: the model saw the image as its tokens"
         assert image not in request and blobs.PREFIX in request, f"{wire}: the record holds a reference"
     assert stored == 1, "one screenshot, four calls: stored once"
+
+
+def _browser_screenshot(tmp_path: Path) -> str | None:
+    """A screenshot of a page in forge's own headless Chromium (None when Chromium is not installed)."""
+    import asyncio
+    import shutil
+
+    from forge_cli.browser import cdp
+    from forge_cli.browser.chromium import Chromium
+
+    if shutil.which("chromium") is None:
+        return None
+
+    async def shoot() -> bytes:
+        browser = await Chromium.start("chromium", tmp_path / "browser.log",
+                                       "data:text/html,<h1>Widget shop</h1><a href='/blue'>Blue widget</a>")
+        try:
+            for _ in range(100):
+                if await cdp.evaluate(browser.cdp_url, "document.readyState") == "complete":
+                    break
+                await asyncio.sleep(0.05)
+            return await cdp.screenshot(browser.cdp_url)
+        finally:
+            await browser.stop()
+
+    return base64.b64encode(asyncio.run(shoot())).decode()
+
+
+def test_screenshot_calls_become_vision_language_samples_that_train(vlm_server: Any, tmp_path: Path) -> None:
+    """Two rollouts of a screenshot task (one rewarded) through the proxy: their records become samples with the
+    image beside the token ids that hold its placeholders, the local trainer computes the rollout's logprobs of the
+    sampled tokens from the image's pixel values (as vLLM did), and one update raises the rewarded completion's
+    logprob."""
+    import torch
+
+    from forge_cli.config.compose import compose
+    from forge_cli.rollout.reader import RunRollout
+    from forge_cli.rollout.result import RolloutResult
+    from forge_cli.traces.store import iter_calls, open_store, resolve_record
+    from forge_cli.train.local import LocalTrainer
+    from forge_cli.train.samples import SamplePolicy, build_batch
+
+    need_mitmdump()
+    shot = _browser_screenshot(tmp_path) or _screenshot()
+    model_dir = Path(vlm_server.launch.model_path)
+    image_token = json.loads((model_dir / "config.json").read_text())["image_token_id"]
+    store = tmp_path / "traces.sqlite"
+    with start_proxy(vlm_server.url, store=store, admin_token=secrets.token_urlsafe(32)) as proxy:
+        for rollout in ("good", "bad"):
+            reg = proxy.register(rollout, task="shop", group_id="g")
+            body = {"model": "policy", "max_tokens": 6, "temperature": 1.0, "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{shot}"}},
+                {"type": "text", "text": "What does the page show?"}]}]}
+            answer = httpx.post(f"{proxy.url}/r/{rollout}/v1/chat/completions", json=body, timeout=300,
+                                headers={"authorization": f"Bearer {reg['key']}"})
+            assert answer.status_code == 200, answer.text[:500]
+            proxy.finish(rollout)
+    conn = open_store(store, readonly=True)
+    rollouts = [RunRollout(RolloutResult(rollout_id=rid, task_id="shop", group_id="g", harness="browse",
+                                         status="ok", reward=reward),
+                           [resolve_record(conn, c) for c in iter_calls(conn, rid)])
+                for rid, reward in (("good", 1.0), ("bad", 0.0))]
+    conn.close()
+    batch = build_batch(rollouts, SamplePolicy())
+    good, bad = batch.samples
+    assert good.images == [shot] and bad.images == [shot]
+    assert good.prompt_ids.count(image_token) == 4 and good.advantage > 0 > bad.advantage
+    exp = compose(["trainer.learning_rate=1e-2", "trainer.precision=float32"]).experiment
+    trainer = LocalTrainer(model_dir, exp.trainer, exp.algo)
+
+    def logprob(sample: Any) -> float:
+        with torch.no_grad():
+            values, mask = trainer.logprobs([sample])
+        return float((values * mask).sum())
+
+    # step 0: the trainer's logprobs of the sampled tokens, from the image's pixel values, are vLLM's
+    with torch.no_grad():
+        values, mask = trainer.logprobs([good, bad])
+    rollout = torch.tensor([good.rollout_logprobs, bad.rollout_logprobs])
+    delta = float(((values - rollout).abs() * mask).max())
+    print(f"\n[vlm] step 0: max |trainer - vLLM| logprob over {int(mask.sum())} sampled tokens: {delta:.2e}")
+    assert delta < 0.05, f"trainer and vLLM disagree on the screenshot rows: max |delta logprob| {delta}"
+    before = logprob(good)
+    metrics = trainer.train_step(batch.samples)
+    assert metrics["train_tokens"] == good.loss_tokens + bad.loss_tokens
+    after = logprob(good)
+    print(f"[vlm] rewarded completion's logprob {before:.3f} -> {after:.3f} after one step")
+    assert after > before

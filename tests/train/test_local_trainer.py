@@ -64,8 +64,9 @@ def test_an_update_moves_logprobs_with_the_advantage_sign(precision: str) -> Non
     after = {s.rollout_id: _logprob(trainer, s) for s in (good, bad)}
     assert after["good"] > before["good"] and after["bad"] < before["bad"], (before, after)
     # at step 0 trainer and rollout logprobs agree up to numerics: the trainer packs both samples into one padded
-    # batch, and bf16 matmuls round differently with the batch's shape (~0.03 here; float32 ~1e-6)
-    tolerance = 0.05 if precision == "bf16" else 1e-4
+    # batch, and bf16 matmuls round differently with the batch's shape (measured: ~0.03 on an AVX-512 machine, 0.11
+    # on one with AMX bf16 tiles, whose kernels accumulate differently; float32 ~1e-6)
+    tolerance = 0.2 if precision == "bf16" else 1e-4
     assert metrics["logprob_abs_delta_max"] < tolerance, "at step 0 trainer and rollout logprobs agree"
     assert abs(metrics["importance_ratio_mean"] - 1.0) < tolerance
     assert metrics["train_tokens"] == good.loss_tokens + bad.loss_tokens and metrics["grad_norm"] > 0

@@ -251,7 +251,8 @@ def test_batch_uses_the_policy_length_and_reports_flat_stats() -> None:
         "rollouts": 3.0, "kept": 2.0, "dropped_infra_error": 1.0, "groups": 2.0, "samples": 3.0, "masked": 0.0,
         "zeroed": 0.0, "calls": 4.0, "trainable": 4.0, "transitions": 1.0, "merged": 1.0, "prompt_prefix": 1.0,
         "segments": 3.0, "samples_built": 4.0, "split_segments": 1.0, "truncated_tokens": 16.0,
-        "truncated_samples": 2.0, "over_length_calls": 0.0, "loss_tokens": 7.0, "loss_tokens_built": 9.0,
+        "truncated_samples": 2.0, "over_length_calls": 0.0, "image_samples_dropped": 0.0, "loss_tokens": 7.0,
+        "loss_tokens_built": 9.0,
         "calls_first": 3.0, "calls_merged": 1.0, "merge_share": 1.0}
 
 
@@ -266,3 +267,37 @@ def test_merge_stats_per_harness() -> None:
     assert (pi.rollouts, pi.stats.calls, pi.stats.transitions, pi.stats.merged, pi.stats.segments) == (2, 4, 2, 1, 3)
     assert (pi.merge_share, pi.prompt_prefix_share) == (0.5, 0.5)
     assert pi.to_dict()["merge_share"] == 0.5 and stats["react"].merge_share is None
+
+
+# ---------------------------------------------------------------------------------------------- images
+def _with_images(call: CallRecord, *urls: str, upstream: bool = True) -> CallRecord:
+    request = {"model": "policy", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "look"},
+                                     *({"type": "image_url", "image_url": {"url": u}} for u in urls)]}]}
+    if upstream:
+        call.upstream_request = request
+    else:
+        call.request = request
+    return call
+
+
+def test_a_segment_carries_the_images_of_its_last_call() -> None:
+    first = _with_images(rec(0, [1, 2], [3]), "data:image/png;base64,AAAA")
+    second = _with_images(rec(1, [1, 2, 3, 4], [5]), "data:image/png;base64,AAAA", "data:image/jpeg;base64,BBBB")
+    (sample,), stats, _ = segment_calls([first, second])
+    assert sample.images == ["AAAA", "BBBB"] and sample.response_ids == [3, 4, 5] and stats.image_samples_dropped == 0
+    # a Chat Completions client's own request is what vLLM got (no translated copy is kept)
+    (plain,), _, _ = segment_calls([_with_images(rec(0, [1, 2], [3]), "data:image/png;base64,CCCC", upstream=False)])
+    assert plain.images == ["CCCC"]
+    (text,), _, _ = segment_calls([rec(0, [1, 2], [3])])
+    assert text.images == []
+
+
+def test_images_that_cannot_be_trained_on_drop_their_sample() -> None:
+    # an image vLLM fetched by URL: forge does not fetch it again
+    samples, stats, _ = segment_calls([_with_images(rec(0, [1, 2], [3]), "https://example.com/shot.png")])
+    assert samples == [] and stats.image_samples_dropped == 1
+    # a cut from the left would go through the image's placeholders
+    samples, stats, _ = segment_calls([_with_images(rec(0, [1, 2, 3, 4, 5], [6, 7]), "data:image/png;base64,AAAA")],
+                                      max_seq_len=4)
+    assert samples == [] and stats.image_samples_dropped == 1

@@ -47,6 +47,8 @@ class LoopOutput:
     num_turns: int
     metrics: dict[str, float] = field(default_factory=dict)
     extra_fields: dict[str, Any] = field(default_factory=dict)
+    # base64 images of a vision-language segment (veRL's multi_modal_data["images"] as PIL images)
+    images: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,7 +89,7 @@ def convert(built: BuiltRollout, *, global_steps: int, metrics: dict[str, float]
                 "forge_weight_versions": list(sample.weight_versions), "forge_status": built.status,
                 "forge_treatment": built.treatment, "forge_calls": sample.calls,
                 "forge_truncated": sample.truncated,
-            }))
+            }, images=list(sample.images)))
     return outputs
 
 
@@ -98,5 +100,16 @@ def to_agent_loop_outputs(outputs: list[LoopOutput]) -> list[Any]:
     return [AgentLoopOutput(prompt_ids=o.prompt_ids, response_ids=o.response_ids, response_mask=o.response_mask,
                             response_logprobs=o.response_logprobs, reward_score=o.reward_score,
                             num_turns=o.num_turns, metrics=AgentLoopMetrics(**o.metrics),
+                            multi_modal_data={"images": decode_images(o.images)} if o.images else None,
                             extra_fields=dict(o.extra_fields))
             for o in outputs]
+
+
+def decode_images(images: list[str]) -> list[Any]:
+    """Base64 image files as RGB PIL images (what veRL's processor takes)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    return [Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB") for data in images]
