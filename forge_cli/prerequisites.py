@@ -200,7 +200,31 @@ def check_verl(exp: Experiment) -> list[Check]:
     return checks
 
 
+def check_browser(exp: Experiment) -> list[Check]:
+    """Web envs (``env=miniwob``, ``webvoyager``, ``mind2web``): Chromium and the pinned @playwright/mcp."""
+    from forge_cli.browser import playwright_mcp
+    from forge_cli.browser.chromium import chromium_path
+    from forge_cli.envs.source import source_class
+    from forge_cli.errors import UserError
+
+    try:
+        if not getattr(source_class(exp.env.source), "needs_browser", False):
+            return []
+    except ValueError:
+        return []
+    try:
+        chromium = Check("chromium", True, chromium_path())
+    except UserError as exc:
+        chromium = Check("chromium", False, exc.message, exc.fix or "")
+    installed = playwright_mcp.manifest() is not None
+    tools = Check(f"{playwright_mcp.PACKAGE}@{playwright_mcp.VERSION}", installed,
+                  str(playwright_mcp.install_dir()) if installed else "not installed",
+                  "" if installed else "forge browser install (or scripts/setup.sh web)")
+    return [chromium, tools]
+
+
 def run_checks(exp: Experiment) -> list[Check]:
     """Every prerequisite of the experiment, in the order a user would fix them."""
     verl = check_verl(exp) if exp.trainer.kind == "verl" else []
-    return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp), *verl]
+    return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp),
+            *check_browser(exp), *verl]

@@ -85,6 +85,8 @@ class MiniwobSource(TaskSource, name="miniwob"):
     """MiniWoB++ environments and seeds from the installed package (or ``env.path``)."""
 
     Options: ClassVar[type[BaseModel]] = MiniwobOptions
+    # forge doctor checks Chromium and @playwright/mcp for it
+    needs_browser: ClassVar[bool] = True
 
     @cached_property
     def html_dir(self) -> Path:

@@ -273,3 +273,14 @@ def test_forge_eval_with_react_scores_from_the_pages(tmp_path: Path, policy_serv
             (first,) = db.execute("SELECT request FROM calls WHERE rollout_id = ? ORDER BY seq LIMIT 1",
                                   (r["rollout_id"],)).fetchone()
             assert json.dumps(utterance)[1:-1] in first and "read when the rollout starts" not in first
+
+
+def test_doctor_checks_the_browser_of_web_envs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forge_cli.prerequisites import check_browser
+
+    assert check_browser(compose([]).experiment) == []  # builtin: no browser
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    monkeypatch.setattr(playwright_mcp, "manifest", lambda version=playwright_mcp.VERSION: None)
+    chromium, tools = check_browser(compose(["env=miniwob"]).experiment)
+    assert not chromium.ok and "apt-get install -y chromium" in chromium.fix
+    assert not tools.ok and "forge browser install" in tools.fix

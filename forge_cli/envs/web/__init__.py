@@ -78,6 +78,8 @@ class WebTaskSource(TaskSource):
     """A benchmark's task file (``env.path``) read by :meth:`read`; judged by :attr:`protocol`."""
 
     Options: ClassVar[type[BaseModel]] = WebOptions
+    # forge doctor checks Chromium and @playwright/mcp for it
+    needs_browser: ClassVar[bool] = True
     protocol: ClassVar[Protocol]
     example: ClassVar[str]
 
