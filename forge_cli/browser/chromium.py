@@ -74,7 +74,7 @@ class Chromium:
         with log_path.open("ab") as log:
             process = await asyncio.create_subprocess_exec(
                 *chromium_argv(executable, profile, url), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                start_new_session=True, preexec_fn=_pdeathsig)
+                start_new_session=True, preexec_fn=pdeathsig)
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -91,22 +91,24 @@ class Chromium:
 
     async def stop(self) -> None:
         """Kill the browser's process group (renderers included) and delete its profile."""
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.process.wait(), 5)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                await self.process.wait()
-        else:  # its renderers may outlive a crashed browser process
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        await stop_group(self.process)
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+async def stop_group(process: asyncio.subprocess.Process, grace_s: float = 5.0) -> None:
+    """End a process started in its own session and everything in its group: TERM, then KILL after ``grace_s``;
+    the group is killed even when its leader already exited (a crashed browser's renderers)."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
+def pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
     """The browser dies when the thread that started it does: the tool server's loop thread lives for the whole
     run, so a forge killed with SIGKILL leaves no browser behind."""
     with contextlib.suppress(Exception):

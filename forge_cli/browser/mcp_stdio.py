@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
+
+from forge_cli.browser.chromium import pdeathsig, stop_group
 
 PROTOCOL_VERSION = "2025-06-18"
 # one JSON-RPC message per line; a full-page screenshot in base64 is a few MB
@@ -40,13 +40,11 @@ class StdioMcpClient:
     async def start(cls, argv: list[str], *, cwd: Path, env: dict[str, str], stderr_path: Path,
                     timeout: float = 60.0) -> StdioMcpClient:
         """Spawn the server (own process group, dies with the thread that started it) and initialize the session."""
-        from forge_cli.browser.chromium import _pdeathsig
-
         cwd.mkdir(parents=True, exist_ok=True)
         with stderr_path.open("ab") as err:
             process = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                limit=LINE_LIMIT, start_new_session=True, preexec_fn=_pdeathsig)
+                limit=LINE_LIMIT, start_new_session=True, preexec_fn=pdeathsig)
         client = cls(process, stderr_path)
         try:
             await client.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
@@ -120,15 +118,7 @@ class StdioMcpClient:
         if self.process.stdin is not None:
             with contextlib.suppress(Exception):
                 self.process.stdin.close()
-        if self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.process.wait(), 5)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                await self.process.wait()
+        await stop_group(self.process)
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader

@@ -8,12 +8,10 @@ that needs a part says which when it is missing.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import re
 import shutil
 import sqlite3
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, run_verifier
 from forge_cli.errors import UserError
 from forge_cli.tools.server import ToolGrant, ToolServer
+from tests.helpers import QuietHandler, serve_http
 
 
 def _tasks(*overrides: str, purpose: str = "eval") -> TaskSet:
@@ -196,24 +195,15 @@ def test_forbidden_navigation_and_screenshots_over_mcp(tool_server: ToolServer, 
     assert logged[0]["result"]["images"][0].startswith("image/png")
 
 
-class _Site(http.server.SimpleHTTPRequestHandler):
+class _Site(QuietHandler):
     def do_GET(self) -> None:
-        body = b"<html><body><h1>shop</h1></body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply(200, b"<html><body><h1>shop</h1></body></html>", "text/html")
 
 
 def test_four_rollouts_get_four_browsers_that_share_nothing(tool_server: ToolServer, tmp_path: Path) -> None:
     _need(pages=False, browser=True)
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    threading.Thread(target=site.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{site.server_address[1]}/"
+    site, base = serve_http(_Site)
+    url = f"{base}/"
     tools = BROWSER_TOOLS
     try:
         ids = [f"iso-{i}" for i in range(4)]

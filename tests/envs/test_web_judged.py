@@ -5,9 +5,7 @@ protocol's stages. Checks the verdicts, the judge's saved inputs, and "not judge
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ from forge_cli.envs.web import judge as protocol
 from forge_cli.envs.web import map_url
 from forge_cli.errors import UserError
 from tests.eval.test_eval_cli import _eval
+from tests.helpers import QuietHandler, serve_http
 from tests.rollout.test_rollout_run import NO_UPSTREAM, _harness_dir
 
 pytestmark = pytest.mark.mitm
@@ -62,25 +61,12 @@ print(f"The answer is {price.group(1)} euros." if price else "I could not find i
 '''
 
 
-def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> tuple[http.server.ThreadingHTTPServer, str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
-def _site(pages: dict[str, str]) -> type[http.server.BaseHTTPRequestHandler]:
-    class Site(http.server.BaseHTTPRequestHandler):
+def _site(pages: dict[str, str]) -> type[QuietHandler]:
+    class Site(QuietHandler):
         def do_GET(self) -> None:
             body = pages.get(self.path.split("?")[0])
             data = f"<html><body>{body}</body></html>".encode() if body is not None else b"not found"
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
+            self.reply(200 if body is not None else 404, data, "text/html")
 
     return Site
 
@@ -112,21 +98,13 @@ class Judge:
 def judge() -> Iterator[Judge]:
     state = Judge("")
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            data = json.dumps({"choices": [{"message": {"role": "assistant",
-                                                        "content": state.answer(body["messages"])}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            answer = {"role": "assistant", "content": state.answer(body["messages"])}
+            self.reply(200, json.dumps({"choices": [{"message": answer}]}).encode())
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server, url = _serve(Handler)
+    server, url = serve_http(Handler)
     state.url = f"{url}/v1"
     yield state
     server.shutdown()
@@ -134,7 +112,7 @@ def judge() -> Iterator[Judge]:
 
 @pytest.fixture
 def sites() -> Iterator[dict[str, str]]:
-    servers = {name: _serve(_site(pages)) for name, pages in SITES.items()}
+    servers = {name: serve_http(_site(pages)) for name, pages in SITES.items()}
     yield {f"{name}.example.com": url for name, (_, url) in servers.items()}
     for server, _ in servers.values():
         server.shutdown()

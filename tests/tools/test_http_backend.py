@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from forge_cli.tools.server import ToolServer
 from forge_cli.tools.spec import parse_tools
+from tests.helpers import QuietHandler, serve_http
 
 
-class _Calendar(BaseHTTPRequestHandler):
+class _Calendar(QuietHandler):
     """POST /events adds an event (JSON body) per rollout; POST /fail answers 500."""
 
     events: dict[str, list[dict[str, Any]]] = {}
@@ -35,23 +34,13 @@ class _Calendar(BaseHTTPRequestHandler):
         self._send(200, {"created": len(self.events[rollout]), "tool": self.headers["X-Forge-Tool"]})
 
     def _send(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply(status, json.dumps(payload).encode())
 
 
 @pytest.fixture
 def calendar() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Calendar)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server, url = serve_http(_Calendar)
+    yield url
     server.shutdown()
     server.server_close()
 
