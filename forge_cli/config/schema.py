@@ -53,6 +53,17 @@ class HarnessTools(Strict):
     instruction_suffix: str = ""
 
 
+class HarnessBrowser(Strict):
+    """A harness's own browser tool, pointed at the rollout's browser instead of forge's browser tools over MCP
+    (``harness.browser: native``); rendered only for tasks with a browser."""
+
+    # files added (or replacing the harness's own or its tools' file at the same path); {{browser_cdp_url}} is the
+    # rollout's Chromium's DevTools endpoint
+    config_files: list[ConfigFile] = []
+    # env vars added to the harness process
+    env: dict[str, str] = {}
+
+
 class HarnessConfig(Strict):
     name: str
     description: str
@@ -68,6 +79,10 @@ class HarnessConfig(Strict):
                                                           "{{skill_dir}}/SKILL.md.")
     config_files: list[ConfigFile] = []
     env: dict[str, str] = {}
+    # web tasks: mcp (forge's browser tools, forwarded to the rollout's @playwright/mcp; every harness) or native
+    # (the harness's own browser tool attached to the same Chromium; needs native_browser)
+    browser: Literal["mcp", "native"] = "mcp"
+    native_browser: HarnessBrowser | None = None
     command: list[str]
     output: Literal["none", "json", "jsonl"] = "none"
     exit_codes: dict[int, Literal["ok", "agent_error", "timeout"]] = {0: "ok"}
@@ -77,6 +92,9 @@ class HarnessConfig(Strict):
     def _mcp_needs_support(self) -> HarnessConfig:
         if self.tools.via == "mcp" and not self.supports_mcp:
             raise ValueError("tools.via is mcp but supports_mcp is false (use tools.via: skill)")
+        if self.browser == "native" and self.native_browser is None:
+            raise ValueError(f"harness.browser is native but {self.name} has no browser tool of its own that forge "
+                             "can point at the rollout's browser (use harness.browser=mcp)")
         return self
 
 

@@ -308,15 +308,18 @@ class HarborSource(TaskSource, name="harbor"):
                                 "(or set env.options.split_dirs=true)", exit_code=2)
         return [load_task(task_dir) for task_dir in self._task_dirs(root)]
 
+    def check_runtime(self, runtime_kind: str) -> None:
+        if runtime_kind == "local":
+            raise UserError(f"env '{self.env.name}': Harbor tasks run in their own image; the local runtime has none",
+                            fix="use runtime=docker", exit_code=2)
+
     def build(self, tasks: list[Task], runtime_kind: str, log: Log) -> None:
         """Each task's image on the docker daemon: ``environment/`` built unless its content tag exists, a
         ``docker_image`` or ``env.image`` checked to be there. Records the image's ``WORKDIR`` (where Harbor runs
         the agent and test.sh) as ``task.metadata["workdir"]``. UserError: exit 2 on ``local`` (the tasks need
         their images), on ``kubernetes`` for tasks whose image forge would have to build, for a missing image and
         for multi-container tasks; exit 1 when a build fails."""
-        if runtime_kind == "local":
-            raise UserError(f"env '{self.env.name}': Harbor tasks run in their own image; the local runtime has none",
-                            fix="use runtime=docker", exit_code=2)
+        self.check_runtime(runtime_kind)
         for task in tasks:
             env_dir = task.metadata.get("environment_dir")
             if env_dir and (Path(env_dir) / "docker-compose.yaml").is_file():

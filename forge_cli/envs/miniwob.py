@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forge_cli.browser.prerequisites import ensure_browser
+from forge_cli.browser.prerequisites import check_browser_runtime, ensure_browser
 from forge_cli.browser.tools import BROWSER_TOOLS
 from forge_cli.envs.source import Log, Purpose, TaskSource
 from forge_cli.envs.task import Task
@@ -44,9 +44,9 @@ _REGISTERED = re.compile(r'id="miniwob/([a-z0-9-]+)-v1"')
 
 STATE_JS = ("({done: WOB_DONE_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, reward: WOB_REWARD_GLOBAL, "
             "reason: WOB_REWARD_REASON === null ? null : String(WOB_REWARD_REASON), episode: WOB_EPISODE_ID})")
-INSTRUCTION = ("{utterance}\n\nThis task's web page is open in the browser. Use the browser tools: browser_snapshot "
-               "shows the page with a ref for each element, and browser_click, browser_type and the others act on an "
-               "element by its ref. Stop once the task is done.")
+# harness-neutral: forge's browser tools (browser_snapshot, browser_click, ...) or a harness's own browser tool
+INSTRUCTION = ("{utterance}\n\nThis task's web page is open in the browser. Use your browser tools to read the page "
+               "(a snapshot lists its elements) and act on it: click, type, select. Stop once the task is done.")
 
 
 def setup_js(seed: int, episode_ms: int) -> str:
@@ -146,6 +146,9 @@ class MiniwobSource(TaskSource, name="miniwob"):
         if not isinstance(utterance, str) or not utterance.strip():
             raise RuntimeError(f"the page of {task.id} gave no utterance (see the rollout's browser.log)")
         return INSTRUCTION.format(utterance=utterance.strip())
+
+    def check_runtime(self, runtime_kind: str) -> None:
+        check_browser_runtime(self.env.name, runtime_kind)
 
     def build(self, tasks: list[Task], runtime_kind: str, log: Log) -> None:
         ensure_browser(self.env.name, runtime_kind, log)

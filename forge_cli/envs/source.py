@@ -18,6 +18,7 @@ Contract every implementation keeps (``tests/envs/test_source_conformance.py`` c
   a :class:`SetupError` (an infra error of that rollout).
 - ``instruction(task, tool_state)`` is what the harness is told (default ``task.instruction``); it may read the
   rollout's tool state (e.g. the utterance of the page its browser opened).
+- ``check_runtime(runtime_kind)`` refuses (exit 2) a runtime the tasks cannot run on; dry runs call it too.
 - ``build(tasks, runtime_kind, log)`` runs once before a run (images per task); UserError exit 2 when the
   source cannot run on that runtime, exit 1 when the work failed.
 """
@@ -88,6 +89,11 @@ class TaskSource(abc.ABC):
         """The tasks of ``split`` (None: the source's only set); UserError (exit 2) when the source cannot run."""
 
     # ------------------------------------------------------------------ running
+    def check_runtime(self, runtime_kind: str) -> None:
+        """UserError (exit 2) when the source's tasks cannot run on runtime ``runtime_kind`` at all; checked by dry
+        runs too, so that no plan is printed that cannot run."""
+        return None
+
     def build(self, tasks: list[Task], runtime_kind: str, log: Log) -> None:
         """Work done once before a run on runtime ``runtime_kind`` (``local``, ``docker``, ``kubernetes``), e.g.
         building per-task images; UserError with exit 2 when the source cannot run on that runtime, exit 1 when

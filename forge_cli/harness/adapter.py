@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from forge_cli.config.schema import HarnessConfig, ModelConfig
 from forge_cli.harness.templates import render
 from forge_cli.tools.skill import skill_files
-from forge_cli.tools.spec import ToolSpec
+from forge_cli.tools.spec import BrowserBackendSpec, ToolSpec
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -36,6 +36,9 @@ class RolloutContext:
     bundle: str
     # the task's tools (None: the task has none, nothing tool-related is rendered)
     tools: ToolsContext | None = None
+    # the rollout's browser's DevTools endpoint when the harness drives it with its own browser tool
+    # (harness.browser: native); None: no browser, or forge's browser tools
+    browser_cdp_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,15 @@ class Invocation:
     timeout_s: int
 
 
+def harness_tools(harness: HarnessConfig, tools: tuple[ToolSpec, ...]) -> tuple[tuple[ToolSpec, ...], bool]:
+    """The task tools the harness is given, and whether it drives the rollout's browser with its own browser tool
+    (``harness.browser: native`` and a task with browser tools: those are left out, the rest stay)."""
+    browser = [t for t in tools if isinstance(t.backend, BrowserBackendSpec)]
+    if not browser or harness.browser != "native":
+        return tools, False
+    return tuple(t for t in tools if not isinstance(t.backend, BrowserBackendSpec)), True
+
+
 def template_values(harness: HarnessConfig, model: ModelConfig, ctx: RolloutContext) -> dict[str, str]:
     root = f"{ctx.proxy_url.rstrip('/')}/r/{ctx.rollout_id}"
     values = _base_values(model, ctx, root)
@@ -56,6 +68,8 @@ def template_values(harness: HarnessConfig, model: ModelConfig, ctx: RolloutCont
         values["skill_dir"] = render(harness.tools.skill_dir, values)
         if harness.tools.via == "skill":
             values["instruction"] += render(harness.tools.instruction_suffix, values)
+    if ctx.browser_cdp_url is not None:
+        values["browser_cdp_url"] = ctx.browser_cdp_url
     return values
 
 
@@ -94,4 +108,8 @@ def prepare(harness: HarnessConfig, model: ModelConfig, ctx: RolloutContext) -> 
         argv[1:1] = [render(arg, values) for arg in spec.args]
         if spec.via == "skill":
             files.update(skill_files(ctx.tools.tools, ctx.tools.url, ctx.tools.key, values["skill_dir"]))
+    if ctx.browser_cdp_url is not None and harness.native_browser is not None:
+        native = harness.native_browser
+        files.update({render(f.path, values): render(f.template, values) for f in native.config_files})
+        env.update({key: render(value, values) for key, value in native.env.items()})
     return Invocation(files=files, env=env, argv=argv, timeout_s=harness.timeout_s)

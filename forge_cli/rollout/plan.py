@@ -14,7 +14,7 @@ from forge_cli.config.schema import Experiment, OpenAICompatibleModel
 from forge_cli.envs.source import Purpose, load_tasks
 from forge_cli.envs.task import Task
 from forge_cli.errors import UserError
-from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
+from forge_cli.harness.adapter import RolloutContext, ToolsContext, harness_tools, prepare
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
 from forge_cli.rollout.spec import build_spec, group_id, proxy_endpoint, rollout_id
 from forge_cli.runtime.registry import backend
@@ -91,7 +91,7 @@ def tools_plan(exp: Experiment, task: Task, ctx: ToolsContext) -> dict[str, Any]
     via = exp.harness.tools.via
     return {"server": ctx.url.rsplit("/r/", 1)[0], "via": via,
             "endpoint": f"{ctx.url}/mcp" if via == "mcp" else f"{ctx.url}/tools/<name>",
-            "tools": [t.name for t in task.tools],
+            "tools": [t.name for t in ctx.tools],
             "log": "rollouts/<id>/tool_calls.jsonl"}
 
 
@@ -152,6 +152,7 @@ def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "r
         model_path(exp.model)  # a model.path the user gave must exist (exit 2), dry run or not
     backend(exp.runtime.kind).check_proxy(exp.runtime, exp.proxy.url)
     taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose=purpose)
+    taskset.source.check_runtime(exp.runtime.kind)
     endpoint = proxy_endpoint(exp)
     sandbox_backend = backend(exp.runtime.kind)
     workdir, home, bundle = sandbox_backend.sandbox_paths(exp.runtime, str(bundle_dir(exp.harness)))
@@ -174,10 +175,11 @@ def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "r
             if len(rollouts) >= exp.rollout.plan_preview:
                 break
             rid = rollout_id(run_id, task.id, sample)
-            tools = (ToolsContext(task.tools, f"{tools_base_url(exp)}/r/{rid}", MASKED_TOOLS_KEY)
-                     if task.tools else None)
+            given, native = harness_tools(harness, task.tools)
+            tools = ToolsContext(given, f"{tools_base_url(exp)}/r/{rid}", MASKED_TOOLS_KEY) if given else None
             ctx = RolloutContext(rollout_id=rid, proxy_url=endpoint.url, api_key=MASKED_KEY,
-                                 instruction=task.instruction, workdir=workdir, home=home, bundle=bundle, tools=tools)
+                                 instruction=task.instruction, workdir=workdir, home=home, bundle=bundle, tools=tools,
+                                 browser_cdp_url="http://127.0.0.1:$BROWSER_CDP_PORT" if native else None)
             inv = prepare(harness, exp.model, ctx)
             spec = build_spec(exp, run_id, rid, task, inv.env, inv.files, image=taskset.source.image(task))
             shown = SandboxSpec(**{**spec.__dict__, "env": mask_env(spec.env)})

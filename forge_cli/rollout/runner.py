@@ -17,7 +17,7 @@ from forge_cli.envs.services import ServiceError, Services, url_env
 from forge_cli.envs.source import SetupError, TaskSource
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, new_reward_dir, run_verifier
-from forge_cli.harness.adapter import RolloutContext, ToolsContext, prepare
+from forge_cli.harness.adapter import RolloutContext, ToolsContext, harness_tools, prepare
 from forge_cli.proxy.client import ProxyUnreachable
 from forge_cli.rollout import tamper
 from forge_cli.rollout.result import RolloutResult, Status, ending_status
@@ -45,6 +45,7 @@ class Tools(Protocol):
     def register(self, rollout_id: str, tools: tuple[Any, ...], state: dict[str, Any] | None = None,
                  log_path: Path | None = None) -> Any: ...
     def state(self, rollout_id: str) -> dict[str, Any]: ...
+    def browser_cdp_url(self, rollout_id: str) -> str | None: ...
     def unregister(self, rollout_id: str) -> dict[str, Any]: ...
 
 
@@ -127,13 +128,17 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                                        **({"sampling": job.sampling} if job.sampling else {}))
         registered = True
         tools = None
+        cdp_url = None
         if task.tools:
             if ctx.tools is None:
                 raise RuntimeError(f"task {task.id} has tools but the run has no tool server")
             grant = await asyncio.to_thread(ctx.tools.register, job.rollout_id, task.tools, task.tool_state,
                                             log_dir / "tool_calls.jsonl")
             tools_registered = True
-            tools = ToolsContext(task.tools, grant.url, grant.key)
+            given, native = harness_tools(exp.harness, task.tools)
+            tools = ToolsContext(given, grant.url, grant.key) if given else None
+            if native:
+                cdp_url = ctx.tools.browser_cdp_url(job.rollout_id)
         instruction = await asyncio.to_thread(ctx.source.instruction, task, _tool_state(ctx, job.rollout_id))
         service_urls = await ctx.services.start_rollout(job.rollout_id, log_dir) if ctx.services else {}
         # sandbox paths as in a container; the local backend maps them to its own directories
@@ -141,7 +146,7 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
             rollout_id=job.rollout_id, proxy_url=str(info.get("sandbox_url") or ctx.endpoint.url),
             api_key=str(info["key"]),
             instruction=instruction, workdir=task_workdir(exp, task), home=SANDBOX_HOME,
-            bundle=exp.runtime.bundle_mount, tools=tools))
+            bundle=exp.runtime.bundle_mount, tools=tools, browser_cdp_url=cdp_url))
         spec = build_spec(exp, ctx.run_id, job.rollout_id, task, {**invocation.env, **url_env(service_urls)},
                           invocation.files, image=ctx.source.image(task))
         sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)

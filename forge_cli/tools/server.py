@@ -181,6 +181,12 @@ class ToolServer:
         tools = self._entries[rollout_id].tools
         return self._run(tools.state)
 
+    def browser_cdp_url(self, rollout_id: str) -> str | None:
+        """The DevTools endpoint of the rollout's browser (None: it has none), for a harness's own browser tool."""
+        browser = self._entries[rollout_id].tools.browser
+        chromium = browser.session.chromium if browser is not None else None
+        return chromium.cdp_url if chromium is not None else None
+
     def summary(self, rollout_id: str) -> dict[str, Any]:
         return self._entries[rollout_id].tools.summary()
 

@@ -274,3 +274,35 @@ def test_doctor_checks_the_browser_of_web_envs(monkeypatch: pytest.MonkeyPatch) 
     chromium, tools = check_browser(compose(["env=miniwob"]).experiment)
     assert not chromium.ok and "apt-get install -y chromium" in chromium.fix
     assert not tools.ok and "forge browser install" in tools.fix
+
+
+def test_openclaw_can_drive_the_rollouts_browser_with_its_own_tool() -> None:
+    """harness.browser=native: OpenClaw's browser tool attached to the rollout's Chromium (its config gets the CDP
+    endpoint, JavaScript evaluation off), and forge's browser tools are not offered besides; harnesses without a
+    browser tool of their own refuse it (exit 2)."""
+    from forge_cli.errors import ConfigError
+    from forge_cli.harness.adapter import RolloutContext, ToolsContext, harness_tools, prepare
+
+    _need()
+    exp = compose(["+harness=openclaw", "env=miniwob", "harness.browser=native"]).experiment
+    task = _tasks("env.options.envs=[click-button]").tasks[0]
+    given, native = harness_tools(exp.harness, task.tools)
+    assert given == () and native
+    ctx = RolloutContext(rollout_id="r", proxy_url="http://127.0.0.1:8800", api_key="k", instruction="x",
+                         workdir="/work", home="/home/forge", bundle="/opt/forge/harness", tools=None,
+                         browser_cdp_url="http://127.0.0.1:40123")
+    files = prepare(exp.harness, exp.model, ctx).files
+    browser = json.loads(files["/home/forge/.openclaw/openclaw.json"])["browser"]
+    assert browser["profiles"]["forge"]["cdpUrl"] == "http://127.0.0.1:40123" and browser["defaultProfile"] == "forge"
+    assert browser["evaluateEnabled"] is False and browser["attachOnly"] is True
+    run_config = files["/home/forge/.openclaw/forge.json5"]
+    assert 'alsoAllow: ["browser"]' in run_config and "mcp:" not in run_config
+    default = compose(["+harness=openclaw", "env=miniwob"]).experiment.harness
+    assert harness_tools(default, task.tools) == (task.tools, False)  # mcp: forge's tools over MCP
+    mcp = prepare(default, exp.model, RolloutContext(
+        rollout_id="r", proxy_url="http://127.0.0.1:8800", api_key="k", instruction="x", workdir="/work",
+        home="/home/forge", bundle="/b", tools=ToolsContext(task.tools, "http://127.0.0.1:1/r/r", "key")))
+    assert list(mcp.files) == ["/home/forge/.openclaw/forge.json5"] and "mcp:" in mcp.files[
+        "/home/forge/.openclaw/forge.json5"]
+    with pytest.raises(ConfigError, match="no browser tool of its own"):
+        compose(["+harness=pi", "harness.browser=native"])

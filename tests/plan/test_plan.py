@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from forge_cli.config.compose import compose, group_options
+from forge_cli.envs.miniwob import package_html as miniwob_pages
 from forge_cli.errors import UserError
 from forge_cli.harness.adapter import RolloutContext, prepare
 from forge_cli.rollout.plan import MASKED_KEY, build_plan
@@ -35,8 +36,13 @@ def test_every_combination_plans(harness: str, env: str, runtime: str, trainer: 
     remote = ["proxy.url=http://127.0.0.1:8800"] if runtime == "kubernetes" else []
     exp = compose([f"+harness={harness}", f"+env={env}", f"runtime={runtime}", f"trainer={trainer}",
                    "model.auto_context=true", *remote]).experiment
+    if env == "miniwob" and runtime != "kubernetes" and miniwob_pages() is not None:
+        plan = build_plan(exp)  # the pages of the installed package: tasks to plan, no checkout needed
+        assert plan.rollouts and plan.tasks["split"] == "test"
+        return
     if env != "builtin":
-        # an env with nothing to run (no checkout configured, or its adapter not built) says so: exit 2, no plan
+        # an env with nothing to run (no checkout configured, its adapter not built, or a runtime its tasks cannot
+        # run on) says so: exit 2, no plan
         with pytest.raises(UserError) as raised:
             build_plan(exp)
         assert raised.value.exit_code == 2 and "env" in raised.value.message and raised.value.fix

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from forge_cli.browser.prerequisites import ensure_browser
+from forge_cli.browser.prerequisites import check_browser_runtime, ensure_browser
 from forge_cli.browser.tools import BROWSER_TOOLS
 from forge_cli.config.schema import JudgeOverrides, judge_settings
 from forge_cli.envs.source import Log, TaskSource
@@ -35,9 +35,9 @@ from forge_cli.envs.web import judge as protocol
 from forge_cli.errors import UserError
 
 Protocol = Literal["webvoyager", "webjudge"]
-INSTRUCTION = ("{question}\n\nThe browser is open at {url}. Use the browser tools to do this on the web site "
-               "(browser_snapshot shows the page with a ref for each element). When you are done, reply with your "
-               "final answer: the information asked for, or what you did.")
+INSTRUCTION = ("{question}\n\nThe browser is open at {url}. Use your browser tools to do this on the web site (a "
+               "snapshot lists the page's elements). When you are done, reply with your final answer: the information "
+               "asked for, or what you did.")
 
 
 class WebOptions(BaseModel):
@@ -110,6 +110,9 @@ class WebTaskSource(TaskSource):
                     category=task.site or self.env.name, tools=BROWSER_TOOLS,
                     tool_state={"browser": {"url": url, "screenshots": True}},
                     metadata={"url": url, "task_url": task.url, "site": task.site})
+
+    def check_runtime(self, runtime_kind: str) -> None:
+        check_browser_runtime(self.env.name, runtime_kind)
 
     def build(self, tasks: list[Task], runtime_kind: str, log: Log) -> None:
         ensure_browser(self.env.name, runtime_kind, log)
