@@ -234,12 +234,14 @@ def test_four_rollouts_get_four_browsers_that_share_nothing(tool_server: ToolSer
 
 
 # ---------------------------------------------------------------- forge eval, the default harness, real vLLM
+@pytest.mark.e2e
 @pytest.mark.vllm
 @pytest.mark.docker
 @pytest.mark.mitm
 def test_forge_eval_with_react_scores_from_the_pages(tmp_path: Path, policy_server: Any) -> None:
     """The default harness (react, in docker) on three MiniWoB++ tasks, offline: every trial scored by its page (any
-    score), none an infra error, each with its browser's logs."""
+    score), none an infra error, each with its browser's logs. In make test-e2e (~80 s with the server's start): make
+    test ran past its 40-minute budget on this machine."""
     from tests.eval.test_eval_cli import _eval
 
     _need(browser=True)
