@@ -14,9 +14,10 @@ test:
 	.venv/bin/mypy
 	.venv/bin/pytest -m "not e2e"
 
-# the real-harness end-to-end suite (every harness bundle, docker, vLLM with a 32k context; ~30+ min on 2 cores)
+# the real-harness end-to-end suite (every harness bundle, docker, vLLM with a 32k context, OSWorld's desktop image;
+# ~45+ min on 2 cores, plus 10-20 min building the desktop image the first time)
 test-e2e:
-	scripts/setup.sh all harnesses
+	scripts/setup.sh all harnesses desktop
 	.venv/bin/pytest -m e2e -s
 
 lint:

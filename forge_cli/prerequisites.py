@@ -223,8 +223,29 @@ def check_browser(exp: Experiment) -> list[Check]:
     return [chromium, tools]
 
 
+def check_desktop(exp: Experiment) -> list[Check]:
+    """``env=osworld``: OSWorld's host code (its environment) and the desktop image on the local daemon."""
+    if exp.env.source != "osworld":
+        return []
+    from forge_cli.desktop.container import BUILD_COMMAND, DesktopError, has_image
+    from forge_cli.desktop.osworld_env import INSTALL
+    from forge_cli.paths import env_python
+
+    python = env_python("osworld")
+    checks = [Check("OSWorld's desktop_env", python.is_file(), str(python) if python.is_file() else "not installed",
+                    "" if python.is_file() else INSTALL)]
+    image = str((exp.env.options or {}).get("desktop_image") or "forge-desktop:bookworm")
+    try:
+        present = has_image(image)
+        checks.append(Check("desktop image", present, image if present else f"{image} is not built",
+                            "" if present else BUILD_COMMAND))
+    except DesktopError as exc:
+        checks.append(Check("desktop image", False, str(exc), "scripts/dockerd.sh"))
+    return checks
+
+
 def run_checks(exp: Experiment) -> list[Check]:
     """Every prerequisite of the experiment, in the order a user would fix them."""
     verl = check_verl(exp) if exp.trainer.kind == "verl" else []
     return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp),
-            *check_browser(exp), *verl]
+            *check_browser(exp), *check_desktop(exp), *verl]

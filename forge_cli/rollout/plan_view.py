@@ -39,6 +39,12 @@ def show(plan: Plan, console: Console | None = None) -> None:
             how = "over MCP" if r.tools["via"] == "mcp" else "as a skill file (HTTP calls)"
             out(f"  task tools: {', '.join(r.tools['tools'])} {how} at {r.tools['endpoint']} "
                 f"(tool server {r.tools['server']}; dispatches in {r.tools['log']})", markup=False)
+            desk = r.tools.get("desktop")
+            if desk:
+                screen = "x".join(str(n) for n in desk.get("screen") or [])
+                out(f"  desktop: its own container from {desk['image']} (screen {screen}), observation "
+                    f"{desk['observation']} (accessibility tree cut at ~{desk['a11y_max_tokens']} tokens); set up and "
+                    "scored by OSWorld's desktop_env", markup=False)
         b = r.bundle
         out(f"  harness bundle: {b['package']} at {b['host_path']} -> {b['mounted_at']} "
             f"({'installed' if b['installed'] else 'not installed'})", markup=False)

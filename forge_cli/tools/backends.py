@@ -1,5 +1,6 @@
-"""Backends that execute one tool dispatch: ``http`` (an environment service), ``builtin`` (in-process) and
-``browser`` (the rollout's own browser, forge_cli/browser/session.py)."""
+"""Backends that execute one tool dispatch: ``http`` (an environment service), ``builtin`` (in-process),
+``browser`` (the rollout's own browser, forge_cli/browser/session.py) and ``desktop`` (the rollout's own desktop,
+forge_cli/desktop/session.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from typing import Any, Protocol
 import httpx
 
 from forge_cli.browser.session import BrowserSession
+from forge_cli.desktop.session import DesktopSession
 from forge_cli.tools.services import SERVICES, Mailbox, ToolError
-from forge_cli.tools.spec import BrowserBackendSpec, BuiltinBackendSpec, HttpBackendSpec, ToolSpec
+from forge_cli.tools.spec import (
+    BrowserBackendSpec,
+    BuiltinBackendSpec,
+    DesktopBackendSpec,
+    HttpBackendSpec,
+    ToolSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -93,5 +101,17 @@ class BrowserBackend:
 
     async def call(self, tool: ToolSpec, arguments: dict[str, Any]) -> Outcome:
         assert isinstance(tool.backend, BrowserBackendSpec)
+        answer = await self.session.call(tool.name, arguments)
+        return Outcome(answer.text, answer.is_error, answer.images)
+
+
+class DesktopBackend:
+    """The rollout's desktop (started and set up before the harness, scored and removed after it)."""
+
+    def __init__(self, setup: dict[str, Any], log_dir: Path | None, rollout_id: str) -> None:
+        self.session = DesktopSession(setup, log_dir, rollout_id)
+
+    async def call(self, tool: ToolSpec, arguments: dict[str, Any]) -> Outcome:
+        assert isinstance(tool.backend, DesktopBackendSpec)
         answer = await self.session.call(tool.name, arguments)
         return Outcome(answer.text, answer.is_error, answer.images)

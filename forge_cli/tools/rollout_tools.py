@@ -13,9 +13,9 @@ import httpx
 import jsonschema
 
 from forge_cli.proxy.auth import digest, matches
-from forge_cli.tools.backends import Backend, BrowserBackend, BuiltinBackend, HttpBackend, Outcome
+from forge_cli.tools.backends import Backend, BrowserBackend, BuiltinBackend, DesktopBackend, HttpBackend, Outcome
 from forge_cli.tools.calllog import ToolCallLog, Transport
-from forge_cli.tools.spec import BrowserBackendSpec, BuiltinBackendSpec, ToolSpec
+from forge_cli.tools.spec import BrowserBackendSpec, BuiltinBackendSpec, DesktopBackendSpec, ToolSpec
 
 
 class RolloutTools:
@@ -35,6 +35,10 @@ class RolloutTools:
         # the rollout's own browser when a tool needs one (its page from the task's tool_state.browser)
         self.browser = BrowserBackend(dict(state.get("browser") or {}), log_path.parent if log_path else None) \
             if any(isinstance(t.backend, BrowserBackendSpec) for t in tools) else None
+        # the rollout's own desktop when a tool needs one (its OSWorld task from the task's tool_state.desktop)
+        self.desktop = DesktopBackend(dict(state.get("desktop") or {}), log_path.parent if log_path else None,
+                                      rollout_id) if any(isinstance(t.backend, DesktopBackendSpec) for t in tools) \
+            else None
         self.log = ToolCallLog(log_path)
         self.mcp_methods: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -48,18 +52,28 @@ class RolloutTools:
             self.mcp_methods[method] += 1
 
     async def start(self) -> None:
-        """Start what must run before the harness (the browser); raises when it cannot (an infra error)."""
+        """Start what must run before the harness (the browser, the desktop); raises when it cannot (an infra
+        error)."""
         if self.browser is not None:
             await self.browser.session.start()
+        if self.desktop is not None:
+            await self.desktop.session.start()
 
     async def close(self) -> None:
-        if self.browser is not None:
-            await self.browser.session.close()
+        try:
+            if self.browser is not None:
+                await self.browser.session.close()
+        finally:
+            if self.desktop is not None:
+                await self.desktop.session.close()
 
     def _backend(self, tool: ToolSpec) -> Backend:
         if isinstance(tool.backend, BrowserBackendSpec):
             assert self.browser is not None
             return self.browser
+        if isinstance(tool.backend, DesktopBackendSpec):
+            assert self.desktop is not None
+            return self.desktop
         return self.builtin if isinstance(tool.backend, BuiltinBackendSpec) else self.http
 
     async def dispatch(self, name: str, arguments: Any, transport: Transport) -> Outcome:
@@ -88,11 +102,14 @@ class RolloutTools:
                 "by_tool": dict(Counter(c["tool"] for c in calls)), "mcp_methods": methods}
 
     async def state(self) -> dict[str, Any]:
-        """What a verifier reads: every dispatch, the final state of the builtin services and the browser's page
-        (``services.browser``: its setup value, URL and ``state_js`` value)."""
+        """What a verifier reads: every dispatch, the final state of the builtin services, the browser's page
+        (``services.browser``: its setup value, URL and ``state_js`` value) and the desktop's OSWorld score
+        (``services.desktop``)."""
         services = self.builtin.snapshot()
         if self.browser is not None:
             services["browser"] = await self.browser.session.state()
+        if self.desktop is not None:
+            services["desktop"] = await self.desktop.session.state()
         return {"rollout_id": self.rollout_id, "calls": self.log.records(), "services": services}
 
 

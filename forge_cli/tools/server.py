@@ -40,6 +40,8 @@ START_TIMEOUT_S = 30.0
 KEEP_ALIVE_S = 300
 # a rollout's browser (Chromium, its page, @playwright/mcp) may take this long to start on a loaded machine
 BROWSER_START_S = 90.0
+# a rollout's desktop: its container, then OSWorld's own setup of the task (downloads, apps, sleeps), or its scoring
+DESKTOP_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class ToolServer:
                 raise ValueError(f"rollout {rollout_id} is already registered at the tool server")
             self._entries[rollout_id] = entry
         try:
-            self._run(start, timeout=START_TIMEOUT_S + BROWSER_START_S)
+            self._run(start, timeout=START_TIMEOUT_S + (DESKTOP_S if entry_tools.desktop else BROWSER_START_S))
         except BaseException:
             with contextlib.suppress(Exception):
                 self.unregister(rollout_id)
@@ -177,9 +179,10 @@ class ToolServer:
         return ToolGrant(rollout_id, key, f"{self.url}/r/{rollout_id}")
 
     def state(self, rollout_id: str) -> dict[str, Any]:
-        """Every dispatch, the builtin services' state and the browser's page, for the verifier."""
+        """Every dispatch, the builtin services' state, the browser's page and the desktop's score, for the
+        verifier."""
         tools = self._entries[rollout_id].tools
-        return self._run(tools.state)
+        return self._run(tools.state, timeout=START_TIMEOUT_S + (DESKTOP_S if tools.desktop else 0))
 
     def browser_cdp_url(self, rollout_id: str) -> str | None:
         """The DevTools endpoint of the rollout's browser (None: it has none), for a harness's own browser tool."""

@@ -38,7 +38,16 @@ class BrowserBackendSpec(_Strict):
     kind: Literal["browser"]
 
 
-BackendSpec = Annotated[HttpBackendSpec | BuiltinBackendSpec | BrowserBackendSpec, Field(discriminator="kind")]
+class DesktopBackendSpec(_Strict):
+    """The rollout's own desktop (OSWorld-style container): an action becomes pyautogui code
+    (forge_cli/desktop/actions.py) run by the container's in-VM server; observations read its screenshot or
+    accessibility tree (forge_cli/desktop/a11y.py)."""
+
+    kind: Literal["desktop"]
+
+
+BackendSpec = Annotated[HttpBackendSpec | BuiltinBackendSpec | BrowserBackendSpec | DesktopBackendSpec,
+                        Field(discriminator="kind")]
 
 
 class ToolSpec(_Strict):
@@ -79,7 +88,8 @@ def parse_tools(entries: Any, where: str) -> tuple[ToolSpec, ...]:
     if problems:
         raise UserError(f"{where}: invalid tool spec ({'; '.join(problems)})",
                         fix="each tool needs name, description, input_schema (type: object) and backend "
-                            "{kind: http, url}, {kind: builtin, service} or {kind: browser}", exit_code=2) from None
+                            "{kind: http, url}, {kind: builtin, service}, {kind: browser} or {kind: desktop}",
+                        exit_code=2) from None
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise UserError(f"{where}: duplicate tool names in {names}", exit_code=2)

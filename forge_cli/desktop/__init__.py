@@ -1,0 +1,1 @@
+"""Desktops for OSWorld tasks: the ``forge-desktop`` image, one container per rollout, computer-use tools."""
