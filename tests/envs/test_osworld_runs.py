@@ -54,7 +54,13 @@ def test_forge_eval_with_react_in_accessibility_tree_mode(tmp_path: Path, policy
 
 def test_forge_eval_with_an_mcp_harness(tmp_path: Path, policy_server: Any) -> None:
     """pi gets the computer-use tools over MCP (the desktop's screenshots as MCP image content)."""
+    from forge_cli.paths import bundles_dir
+
     _need()
+    if not (bundles_dir() / "pi").is_dir():
+        pytest.skip("the pi bundle is not installed (forge harness install pi; make test-e2e installs every harness)")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "harnesses").symlink_to(bundles_dir())
     code, report, stderr = _eval(
         tmp_path, f"proxy.upstream={policy_server.url}", "proxy.port=0", f"run.output_dir={tmp_path / 'runs'}",
         "+env=osworld", "+harness=pi", f"env.task_ids=[{TERMINAL}]", "env.options.a11y_max_tokens=600",

@@ -64,7 +64,7 @@ class OneTaskSource(TaskSource):
         return [Task(id="only", instruction="Do it.", verifier=ShellVerifier("true"))]
 
 
-@pytest.mark.parametrize("env", ["harbor", "claweval", "qwenclawbench", "osworld"])
+@pytest.mark.parametrize("env", ["harbor", "claweval", "qwenclawbench"])
 def test_sources_that_cannot_run_say_why_with_exit_2(env: str) -> None:
     with pytest.raises(UserError) as raised:
         load_tasks(_env(f"env={env}"))

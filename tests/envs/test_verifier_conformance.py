@@ -87,6 +87,10 @@ CASES: dict[str, list[Case]] = {
     "miniwob": [],
     # the benchmark judges through a scripted judge server (tests/envs/test_web_judged.py)
     "webjudge": [],
+    # OSWorld's own evaluator on a real desktop: solved = each shipped task's reference actions score 1.0, unsolved
+    # = doing nothing scores 0, broken = a desktop that stops answering is an infra error
+    # (tests/envs/test_osworld_desktop.py, make test-e2e: it needs the desktop image)
+    "osworld": [],
 }
 
 

@@ -40,6 +40,11 @@ def test_every_combination_plans(harness: str, env: str, runtime: str, trainer: 
         plan = build_plan(exp)  # the pages of the installed package: tasks to plan, no checkout needed
         assert plan.rollouts and plan.tasks["split"] == "test"
         return
+    if env == "osworld" and runtime != "kubernetes":
+        plan = build_plan(exp)  # forge's own OSWorld-format tasks: no checkout needed to plan
+        assert plan.rollouts and plan.tasks["split"] == "test_all"
+        assert all(r.tools and r.tools["desktop"]["image"] == "forge-desktop:bookworm" for r in plan.rollouts)
+        return
     if env != "builtin":
         # an env with nothing to run (no checkout configured, its adapter not built, or a runtime its tasks cannot
         # run on) says so: exit 2, no plan
@@ -118,7 +123,7 @@ def test_dry_run_cli_json() -> None:
 
 
 def test_dry_run_of_an_env_that_cannot_run_exits_2() -> None:
-    for env in ("osworld", "claweval", "qwenclawbench", "harbor"):
+    for env in ("claweval", "qwenclawbench", "harbor"):
         result = forge("rollout", "--dry-run", f"+env={env}")
         assert result.returncode == 2, (env, result.stderr)
         assert "Traceback" not in result.stderr and "fix:" in result.stderr

@@ -113,8 +113,12 @@ class OSWorldSource(TaskSource, name="osworld"):
             raise UserError(f"env.split: {self.root / (split + '.json')} cannot be read: {exc}", exit_code=2) from None
         cache_dir = self.cache_dir
         tasks, self.left_out = [], {}
+        seen: set[str] = set()
         for domain, ids in listing.items():
             for task_id in ids:
+                if task_id in seen:  # OSWorld's test_all.json lists a few tasks twice
+                    continue
+                seen.add(task_id)
                 path = self.root / "examples" / domain / f"{task_id}.json"
                 try:
                     raw = json.loads(path.read_text(encoding="utf-8"))
