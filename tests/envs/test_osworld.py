@@ -159,3 +159,35 @@ def test_the_verifier_reads_osworlds_score_and_never_turns_an_error_into_0(tmp_p
     with pytest.raises(VerifierError, match="no desktop state"):
         asyncio.run(_score({"services": {}}, tmp_path))
     assert "desktop" in (tmp_path / "verifier.log").read_text()
+
+
+def test_forge_osworld_fetch_fills_the_cache_then_the_task_runs_offline(tmp_path: Path) -> None:
+    """`forge osworld fetch` against a loopback server standing in for the file hosts, then `forge osworld tasks`
+    offline: the task is runnable from the cache."""
+    from forge_cli.paths import env_python
+    from tests.helpers import QuietHandler, serve_http
+
+    if not env_python("osworld").is_file():
+        pytest.skip("OSWorld's environment is not installed (scripts/setup.sh osworld)")
+
+    class Files(QuietHandler):
+        def do_GET(self) -> None:
+            self.reply(200, b"sheet bytes", "application/octet-stream")
+
+    server, url = serve_http(Files)
+    try:
+        root = _checkout(tmp_path / "OSWorld")
+        drive = root / "evaluation_examples" / "examples" / "libreoffice_calc" / "t-drive.json"
+        task = json.loads(drive.read_text())
+        task["config"][0]["parameters"]["files"][0]["url"] = f"{url}/uc?id=forge-test&export=download"
+        drive.write_text(json.dumps(task))
+        cache = tmp_path / "cache"
+        before = forge("osworld", "tasks", f"env.path={root}", f"env.options.cache_dir={cache}", "--json")
+        assert "t-drive" in json.loads(before.stdout)["left_out"]
+        fetched = forge("osworld", "fetch", f"env.path={root}", f"env.options.cache_dir={cache}")
+        assert fetched.returncode == 0, fetched.stderr
+        assert "t-drive: fetched" in fetched.stdout and "Traceback" not in fetched.stderr
+    finally:
+        server.shutdown()
+    after = forge("osworld", "tasks", f"env.path={root}", f"env.options.cache_dir={cache}", "--json")
+    assert json.loads(after.stdout)["runnable"] == ["t-runs", "t-drive"]
