@@ -166,12 +166,17 @@ def one_line(exc: BaseException) -> str:
 # --- subcommands -------------------------------------------------------------------------------------------------
 
 
-def cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
+def task_and_env(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """The task and a DesktopEnv on its desktop; RunnerError when the desktop's server does not answer."""
     task = read_task(args.task)
     unreachable = probe_server(args.host, args.ports[0])
     if unreachable:
         raise RunnerError(unreachable)
-    env = make_env(args)
+    return task, make_env(args)
+
+
+def cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
+    task, env = task_and_env(args)
     try:
         env.reset(task_config=task)
     except Exception as exc:  # a setup step failed: SetupController says which
@@ -181,11 +186,7 @@ def cmd_setup(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    task = read_task(args.task)
-    unreachable = probe_server(args.host, args.ports[0])
-    if unreachable:
-        raise RunnerError(unreachable)
-    env = make_env(args)
+    task, env = task_and_env(args)
     env._set_task_info(task)  # the task's cache dir and evaluator, without running its setup again
     env.setup_controller.reset_cache_dir(env.cache_dir)
     env.action_history = [] if args.last_action == "NONE" else [args.last_action]
