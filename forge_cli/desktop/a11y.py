@@ -84,7 +84,14 @@ def _kept(node: ET.Element) -> A11yNode | None:
         return None
     tag = node.tag.rsplit("}", 1)[-1]
     name = (node.get("name") or "").strip()
-    text = (node.text or "").strip() or (node.get(f"{{{NS_VALUE}}}value") or "").strip()
+    text = (node.text or "").strip()
+    if tag == "table-cell":
+        # an empty cell (LibreOffice gives it the value 0.0) is noise: a visible sheet has a thousand of them, and
+        # the filled cells' positions show where the others are
+        if not text:
+            return None
+    else:
+        text = text or (node.get(f"{{{NS_VALUE}}}value") or "").strip()
     if not (name or text or tag in INTERACTIVE_ROLES):
         return None
     return A11yNode(tag, name, text, *position, *size)

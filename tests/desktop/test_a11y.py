@@ -142,3 +142,14 @@ def test_bad_input() -> None:
 
 def test_token_estimate_is_characters_over_four_rounded_up() -> None:
     assert [estimate_tokens(t) for t in ("", "a", "abcd", "abcde", "é" * 8)] == [0, 1, 1, 2, 2]
+
+
+def test_a_sheets_empty_cells_are_left_out_and_filled_ones_kept() -> None:
+    """LibreOffice exposes every visible cell, empty ones with the value 0.0: only cells with text are listed."""
+    sheet = f"""<desktop-frame xmlns:st="{NS_STATE}" xmlns:cp="{NS_COMPONENT}" xmlns:val="{NS_VALUE}">
+<table name="Sheet Sheet1" {ON} cp:screencoord="(41, 157)" cp:size="(1806, 839)">
+<table-cell name="A1" {ON} cp:screencoord="(41, 157)" cp:size="(82, 17)">Item</table-cell>
+<table-cell name="B1" {ON} val:value="3.0" cp:screencoord="(123, 157)" cp:size="(82, 17)">3</table-cell>
+<table-cell name="C1" {ON} val:value="0.0" cp:screencoord="(205, 157)" cp:size="(82, 17)"/>
+</table></desktop-frame>"""
+    assert [(n.name, n.text) for n in parse_nodes(sheet)] == [("Sheet Sheet1", ""), ("A1", "Item"), ("B1", "3")]
