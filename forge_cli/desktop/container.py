@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,16 +51,25 @@ class DesktopImageMissing(DesktopError):
     """The image is not on the daemon (the fix: the build command)."""
 
 
+_client: Any = None
+_client_lock = threading.Lock()
+
+
 def docker_client() -> Any:
-    """The local daemon (DOCKER_HOST): the relay directory is bind-mounted, so the daemon must be on this machine."""
+    """The local daemon (DOCKER_HOST), one client shared by every desktop: the relay directory is bind-mounted, so
+    the daemon must be on this machine."""
+    global _client
     import docker
 
-    try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-    except Exception as exc:
-        raise DesktopError(f"cannot reach dockerd: {exc}; start it with scripts/dockerd.sh") from None
-    return client
+    with _client_lock:
+        if _client is None:
+            try:
+                client = docker.from_env(timeout=120, max_pool_size=64)
+                client.ping()
+            except Exception as exc:
+                raise DesktopError(f"cannot reach dockerd: {exc}; start it with scripts/dockerd.sh") from None
+            _client = client
+        return _client
 
 
 def has_image(image: str) -> bool:
