@@ -155,7 +155,7 @@ def wait_until(predicate: Any, timeout: float, interval: float) -> tuple[bool, f
         try:
             if predicate():
                 return True, time.monotonic() - start
-        except Exception:  # a probe that fails counts as "not yet"
+        except Exception:  # a probe that fails counts as unmet: probe again
             pass
         if time.monotonic() - start >= timeout:
             return False, time.monotonic() - start
