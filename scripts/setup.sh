@@ -145,7 +145,9 @@ setup_desktop_host() {  # the X server and tools tests/desktop runs forge's desk
   fi
   # the server's own Python libraries, as the image has them, without pyautogui's dependency on the old python3-Xlib
   # fork (it clashes with python-xlib)
-  if ! .venv/bin/python -c "import pyautogui, Xlib" >/dev/null 2>&1 && [ -x .venv/bin/pip ]; then
+  # (found, not imported: importing pyautogui connects to a display)
+  if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('pyautogui') and u.find_spec('Xlib')))" \
+      >/dev/null 2>&1 && [ -x .venv/bin/pip ]; then
     log "installing pyautogui and python-xlib into .venv (no dependencies)"
     .venv/bin/pip install -q --no-deps -r forge_cli/desktop/image/wheels.txt python-xlib==0.33 six
   fi
