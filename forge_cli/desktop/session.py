@@ -10,7 +10,8 @@ What a task asks for (its ``tool_state.desktop``):
 - ``a11y_max_tokens``: the cap of the tree's text (so that a text-only model's context holds it);
 - ``cache_dir``: task files fetched before (``forge osworld fetch``), OSWorld's cache layout;
 - ``screen``: ``[width, height]``; ``settle_s``: seconds an action is given before the observation is taken;
-- ``setup_timeout_s`` / ``eval_timeout_s``; ``run_id`` (the container's ``forge.run`` label).
+- ``setup_timeout_s`` / ``eval_timeout_s``; ``run_id`` (the container's ``forge.run`` label; default: the run
+  whose ``rollouts/`` directory holds the rollout's logs).
 
 Files per rollout (``<run dir>/rollouts/<id>/``): ``desktop/step-NNN.png`` (the screen after each action, and the
 first and last), ``desktop/trajectory.jsonl`` (each action as the pyautogui code OSWorld records, or
@@ -92,7 +93,7 @@ class DesktopSession:
         self.directory.mkdir(parents=True, exist_ok=True)
         screen = tuple(self.setup.get("screen") or (1920, 1080))
         self.container = await DesktopContainer.start(str(self.setup.get("image") or DEFAULT_IMAGE), self.rollout_id,
-                                                      self.setup.get("run_id"), self.log_dir,
+                                                      self.setup.get("run_id") or self._run_id(), self.log_dir,
                                                       screen=(int(screen[0]), int(screen[1])))
         self.client = httpx.AsyncClient(base_url=self.container.server_url, timeout=OBSERVE_TIMEOUT_S)
         if task.get("config"):
@@ -103,6 +104,12 @@ class DesktopSession:
                 raise DesktopError(f"OSWorld's setup of task {task.get('id')} failed: {outcome.get('error')} "
                                    f"(see {self.directory / 'setup.log'})")
         await self._keep_screenshot()
+
+    def _run_id(self) -> str | None:
+        """The run of a rollout logged in ``<run dir>/rollouts/<id>/`` (forge rollout, eval and train)."""
+        if self.log_dir is not None and self.log_dir.parent.name == "rollouts":
+            return self.log_dir.parent.parent.name
+        return None
 
     async def _host(self, command: str, timeout_s: float, *extra: str) -> dict[str, Any]:
         assert self.container is not None
