@@ -2,8 +2,8 @@
 
 Each request below is shaped as desktop_env's PythonController / SetupController / getters send it (JSON bodies
 with Content-Type application/json, URL-encoded forms for /file and /window_size, a multipart form for
-/setup/upload), against the server on a private Xvfb display (conftest.py). Where desktop_env itself is importable
-(installed, or unpacked at /tmp/denv/x), its PythonController drives the server too.
+/setup/upload), against the server on a private Xvfb display (conftest.py). desktop_env's own PythonController, run
+with OSWorld's environment (scripts/setup.sh osworld), drives the server too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import io
 import json
 import os
 import shutil
-import sys
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -225,34 +225,49 @@ def test_recording_without_ffmpeg_says_so(desktop_server: str) -> None:
         assert res.status_code == 501 and "ffmpeg" in res.json()["message"]
 
 
-def _python_controller(url: str) -> Any:
-    try:
-        from desktop_env.controllers.python import PythonController  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        if not Path("/tmp/denv/x/desktop_env").is_dir():
-            pytest.skip("desktop_env (OSWorld's desktop-env 1.0.2) is not importable")
-        sys.path.insert(0, "/tmp/denv/x")
-        try:
-            from desktop_env.controllers.python import PythonController  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:
-            pytest.skip(f"desktop_env is not importable with this environment's packages: {exc}")
-        finally:
-            sys.path.remove("/tmp/denv/x")
-    port = int(url.rsplit(":", 1)[1])
-    return PythonController(vm_ip="127.0.0.1", server_port=port)
+# desktop_env's own PythonController, run with OSWorld's environment (scripts/setup.sh osworld), against the server
+CONTROLLER = """
+import json, sys
+from desktop_env.controllers.python import PythonController
+ctl = PythonController(vm_ip="127.0.0.1", server_port=int(sys.argv[1]))
+out = {"platform": ctl.get_vm_platform(), "size": ctl.get_vm_screen_size(),
+       "png": ctl.get_screenshot()[:8].hex()}
+ctl.execute_action({"action_type": "CLICK", "parameters": {"button": "left", "x": 40, "y": 50}})
+desktop = ctl.get_vm_desktop_path()
+out["desktop"] = desktop
+print(json.dumps(out), flush=True)
+sys.stdin.readline()  # the test writes a file on the desktop, then says go on
+out = {"tree": ctl.get_vm_directory_tree(desktop)["children"],
+       "file": ctl.get_file(desktop + "/note.txt").decode(),
+       "bash": ctl.run_bash_script("echo hi", timeout=5),
+       "python": ctl.run_python_script("print('py')")["status"]}
+print(json.dumps(out), flush=True)
+"""
 
 
 def test_desktop_envs_own_python_controller(desktop_server: str, desktop_session: DesktopSession) -> None:
-    ctl = _python_controller(desktop_server)
-    assert ctl.get_vm_platform() == "Linux"
-    assert ctl.get_vm_screen_size() == {"width": SCREEN[0], "height": SCREEN[1]}
-    assert ctl.get_screenshot()[:8] == b"\x89PNG\r\n\x1a\n"
-    ctl.execute_action({"action_type": "CLICK", "parameters": {"button": "left", "x": 40, "y": 50}})
-    assert httpx.get(f"{desktop_server}/cursor_position").json() == [40, 50]
-    desktop = ctl.get_vm_desktop_path()
-    (Path(desktop) / "note.txt").write_text("hello")
-    assert ctl.get_vm_directory_tree(desktop)["children"] == [{"name": "note.txt", "type": "file"}]
-    assert ctl.get_file(str(Path(desktop) / "note.txt")) == b"hello"
-    result = ctl.run_bash_script("echo hi", timeout=5)
-    assert (result["status"], result["output"], result["returncode"]) == ("success", "hi\n", 0)
-    assert ctl.run_python_script("print('py')")["status"] == "success"
+    from forge_cli.paths import env_python
+
+    python = env_python("osworld")
+    if not python.is_file():
+        pytest.skip("OSWorld's environment is not installed (scripts/setup.sh osworld)")
+    port = desktop_server.rsplit(":", 1)[1]
+    child = subprocess.Popen([str(python), "-c", CONTROLLER, port], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        first = json.loads(child.stdout.readline())
+        assert first["platform"] == "Linux" and first["size"] == {"width": SCREEN[0], "height": SCREEN[1]}
+        assert bytes.fromhex(first["png"]) == b"\x89PNG\r\n\x1a\n"
+        assert httpx.get(f"{desktop_server}/cursor_position").json() == [40, 50]
+        (Path(first["desktop"]) / "note.txt").write_text("hello")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        second = json.loads(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait()
+    assert second["tree"] == [{"name": "note.txt", "type": "file"}] and second["file"] == "hello"
+    bash = second["bash"]
+    assert (bash["status"], bash["output"], bash["returncode"]) == ("success", "hi\n", 0)
+    assert second["python"] == "success"
