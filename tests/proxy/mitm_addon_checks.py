@@ -68,10 +68,10 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         conn.row_factory = sqlite3.Row
         return conn.execute("SELECT * FROM calls ORDER BY id").fetchall()
 
-    def forward(self, body: dict, path: str = "/v1/chat/completions") -> http.HTTPFlow:
+    async def forward(self, body: dict, path: str = "/v1/chat/completions") -> http.HTTPFlow:
         f = _flow(f"/r/{self.rid}{path}", body, self.key)
         self.addon.requestheaders(f)
-        self.addon.request(f)
+        await self.addon.request(f)
         self.assertIsNone(f.response)
         return f
 
@@ -91,21 +91,21 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
                                   ("/r/nope/v1/chat/completions", self.key, 401)):
             f = _flow(path, {"model": "m"}, key)
             self.addon.requestheaders(f)
-            self.addon.request(f)
+            await self.addon.request(f)
             self.assertEqual(f.response.status_code, status, path)
             self.assertIn(b'"error"', f.response.content)
         self.assertEqual(await self.rows(), [])
         self.assertEqual(self.addon.metrics.errors["unauthorized"], 3)
 
     async def test_request_is_rewritten_for_capture_and_routed_upstream(self) -> None:
-        f = self.forward({"model": "m", "messages": [], "max_tokens": 5000})
+        f = await self.forward({"model": "m", "messages": [], "max_tokens": 5000})
         sent = json.loads(f.request.content)
         self.assertEqual((sent["return_token_ids"], sent["logprobs"], sent["max_tokens"]), (True, True, 100))
         self.assertEqual((f.request.host, f.request.port, f.request.path), ("127.0.0.1", 18999, "/v1/chat/completions"))
         self.assertNotIn("authorization", f.request.headers)
 
     async def test_non_streamed_answer_is_stripped_and_recorded(self) -> None:
-        f = self.forward({"model": "m", "messages": []})
+        f = await self.forward({"model": "m", "messages": []})
         upstream = json.dumps(fake.chat_json({"model": "m", "return_token_ids": True, "logprobs": True})).encode()
         f.response = http.Response.make(200, upstream, {"content-type": "application/json"})
         self.addon.responseheaders(f)
@@ -118,7 +118,7 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(json.loads(row["completion_token_ids"]), fake.TOKENS)
 
     async def _streamed(self, end: str, cut: int | None = None) -> sqlite3.Row:
-        f = self.forward({"model": "m", "messages": [], "stream": True})
+        f = await self.forward({"model": "m", "messages": [], "stream": True})
         events = fake.chat_events({"model": "m", "stream": True, "return_token_ids": True, "logprobs": True})
         out = self.stream(f, events[:cut])
         if end == "response":
@@ -149,7 +149,7 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(row["status"], "incomplete")
 
     async def _responses_streamed(self, end: str) -> tuple[bytes, sqlite3.Row]:
-        f = self.forward({"model": "m", "input": "hi", "stream": True, "store": False}, path="/v1/responses")
+        f = await self.forward({"model": "m", "input": "hi", "stream": True, "store": False}, path="/v1/responses")
         sent = json.loads(f.request.content)
         self.assertEqual(f.request.path, "/v1/chat/completions")
         self.assertEqual((sent["messages"], sent["max_tokens"], sent["logprobs"]), ([{"role": "user", "content": "hi"}],
@@ -183,7 +183,7 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
                 conn.close()
 
     async def test_responses_non_streamed_and_refused(self) -> None:
-        f = self.forward({"model": "m", "input": [{"role": "user", "content": "hi"}]}, path="/v1/responses")
+        f = await self.forward({"model": "m", "input": [{"role": "user", "content": "hi"}]}, path="/v1/responses")
         upstream = json.dumps(fake.chat_json({**json.loads(f.request.content), "model": "m"})).encode()
         f.response = http.Response.make(200, upstream, {"content-type": "application/json"})
         self.addon.responseheaders(f)
@@ -193,7 +193,7 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         g = _flow(f"/r/{self.rid}/v1/responses", {"model": "m", "input": "x", "previous_response_id": "resp_1"},
                   self.key)
         self.addon.requestheaders(g)
-        self.addon.request(g)
+        await self.addon.request(g)
         self.assertEqual(g.response.status_code, 400)
         self.assertIn(b"previous_response_id", g.response.content)
         (row,) = await self.rows()
@@ -205,7 +205,7 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
                 f = _flow(f"/r/{self.rid}/v1beta/models/policy:streamGenerateContent?alt=sse&key={self.key}",
                           {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}, None)
                 self.addon.requestheaders(f)
-                self.addon.request(f)
+                await self.addon.request(f)
                 self.assertIsNone(f.response)
                 sent = json.loads(f.request.content)
                 self.assertEqual(f.request.path, "/v1/chat/completions")  # neither the query nor the key go upstream
@@ -240,11 +240,12 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
                                   (f"/r/{self.rid}/v1beta/models/policy:streamGenerateContent", self.key, 400)):
             f = _flow(path, {"contents": []}, key)
             self.addon.requestheaders(f)
-            self.addon.request(f)
+            await self.addon.request(f)
             self.assertEqual(f.response.status_code, status, path)
             self.assertEqual(json.loads(f.response.content)["error"]["code"], status)
             self.assertIn("status", json.loads(f.response.content)["error"])
-        f = self.forward({"contents": [{"parts": [{"text": "hi"}]}]}, path="/v1beta/models/policy:generateContent")
+        f = await self.forward({"contents": [{"parts": [{"text": "hi"}]}]},
+                               path="/v1beta/models/policy:generateContent")
         f.response = http.Response.make(400, b'{"object":"error","message":"too long","code":400}',
                                         {"content-type": "application/json"})
         self.addon.responseheaders(f)
@@ -255,21 +256,82 @@ class AddonHooks(unittest.IsolatedAsyncioTestCase):
         self.assertEqual((row["status"], row["wire_format"]), ("upstream_error", "gemini"))
 
     async def test_upstream_connect_failure_is_upstream_error_and_fails_over(self) -> None:
-        f = self.forward({"model": "m", "messages": []})
+        f = await self.forward({"model": "m", "messages": []})
         f.error = mflow.Error("Connection refused")
         self.addon.error(f)
         (row,) = await self.rows()
         self.assertEqual(row["status"], "upstream_error")
-        g = self.forward({"model": "m", "messages": []})
+        g = await self.forward({"model": "m", "messages": []})
         self.assertEqual(g.request.port, 18998)  # sticky upstream marked unhealthy: next call moves
 
     async def test_bad_content_type_and_invalid_json(self) -> None:
         for body, ctype, status in ((b'{"logprobs": true, x}', "application/json", 400), (b"{}", "text/plain", 415)):
             f = _flow(f"/r/{self.rid}/v1/chat/completions", body, self.key, ctype)
             self.addon.requestheaders(f)
-            self.addon.request(f)
+            await self.addon.request(f)
             self.assertEqual(f.response.status_code, status)
         self.assertEqual(await self.rows(), [])
+
+    async def test_control_api_answers_in_the_async_hook_and_pause_holds_calls(self) -> None:
+        def control(method: str, route: str, body: bytes = b"") -> http.HTTPFlow:
+            f = tflow.tflow()
+            f.request = http.Request.make(method, f"http://127.0.0.1:9/forge/v1/{route}", body,
+                                          {"authorization": "Bearer admin-secret"})
+            self.addon.requestheaders(f)
+            return f
+
+        health = control("GET", "health")
+        await self.addon.request(health)
+        self.assertEqual(json.loads(health.response.content)["paused"], False)
+        pause = control("POST", "pause")
+        await self.addon.request(pause)
+        self.assertEqual(json.loads(pause.response.content), {"paused": True})
+        f = _flow(f"/r/{self.rid}/v1/chat/completions", {"model": "m", "messages": []}, self.key)
+        self.addon.requestheaders(f)
+        held = asyncio.ensure_future(self.addon.request(f))
+        await asyncio.sleep(0.2)
+        self.assertFalse(held.done())  # waits while paused, not sent upstream
+        self.assertEqual(f.request.port, 9)
+        resume = control("POST", "resume")
+        await self.addon.request(resume)
+        await asyncio.wait_for(held, 5)
+        self.assertEqual((f.request.port, f.response), (18999, None))  # sent on after the resume
+
+    async def test_mitmproxys_own_error_page_goes_out_in_the_calls_shape(self) -> None:
+        # mitmproxy's own function builds the page (tests may use its private names; forge_cli/proxy may not)
+        from mitmproxy.proxy.layers.http._http1 import make_error_response
+
+        from forge_cli.proxy import transport
+
+        page = make_error_response(502, "Connection refused <&>")
+        self.assertEqual(transport.mitmproxy_error_page(page), (502, "Connection refused <&>"))
+        self.assertIsNone(transport.mitmproxy_error_page(b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html"
+                                                         b"\r\n\r\n<p>upstream</p>"))  # an upstream's page: its own
+
+        class Sink:
+            data = b""
+
+            def write(self, data: bytes) -> None:
+                self.data += data
+
+        for fmt, explained, check in (
+                ("anthropic", None, lambda e: e["type"] == "error" and "Connection refused" in e["error"]["message"]),
+                ("gemini", "upstream timed out after 3s", lambda e: e["error"]["code"] == 502
+                 and e["error"]["message"].endswith("forge proxy: upstream timed out after 3s")),
+                (None, None, lambda e: e["error"]["message"].startswith("forge proxy: Connection refused"))):
+            reader = transport.ClientReader(None, None)
+            reader.fmt, reader.explained = fmt, explained
+            sink = Sink()
+            transport.ClientWriter(sink, reader).write(page)
+            head, _, body = sink.data.partition(b"\r\n\r\n")
+            self.assertTrue(head.startswith(b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: application/json"), head)
+            self.assertIn(f"content-length: {len(body)}".encode(), head)
+            self.assertTrue(check(json.loads(body)), body)
+            self.assertIsNone(reader.explained)  # used once
+        ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+        sink = Sink()
+        transport.ClientWriter(sink, transport.ClientReader(None, None)).write(ok)
+        self.assertEqual(sink.data, ok)
 
     async def test_options_are_validated(self) -> None:
         with self.assertRaises(exceptions.OptionsError):
