@@ -1,14 +1,18 @@
 """Capture proxy benchmark: direct vs bare reverse mitmdump vs forge's proxy with capture on.
 
     .venv/bin/python benchmarks/proxy.py [--requests 3000,8000,9000] [--conns 1,16,64] [--json out.json]
+    .venv/bin/python benchmarks/proxy.py --conns 1,16 --requests 3000,8000 --runs 3 [--before b1.json,b2.json,b3.json]
 
 50 KB Chat Completions request bodies, non-streamed, against a fast local upstream (the fake vLLM in
 tests/proxy/fake_upstream.py, run as its own process). The client is one asyncio process with raw
 HTTP/1.1 keep-alive connections. Prints throughput and latency percentiles per setup and concurrency,
-the ratios the targets are about (forge >= 85% of bare mitmdump at 16 connections, <= 1.5 ms added p50
+the ratios the targets are about (forge >= 95% of bare mitmdump at 16 connections, <= 1.5 ms added p50
 over direct at 1 connection), CPU per request of mitmdump (bare vs with forge's addon) and of forge's
 store writer process (robust to a busy machine, unlike req/s), and checks that every answered forge
-call is in the store.
+call is in the store. ``--runs N`` repeats the whole comparison and prints the medians; ``--before`` takes the
+``--json`` files of runs made before a change (e.g. from a ``git worktree`` of the older commit) and prints their
+medians beside (issue 14: forge/mitmdump at 16 connections, and the addon's added p50 at 1 connection not more
+than 0.2 ms above before).
 
 ``--replicas N`` measures forge's proxy as N replicas instead (``proxy.replicas``): the connections spread evenly
 over them, per-replica throughput and CPU per call (proxy loop + store writer) and the total; on a machine with
@@ -114,7 +118,10 @@ def main() -> int:
     ap.add_argument("--conns", default="1,16,64")
     ap.add_argument("--requests", default="3000,8000,9000", help="requests per run, one per concurrency")
     ap.add_argument("--warmup", type=int, default=300)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path, help="write the results here (with --runs: one file per run, -N added)")
+    ap.add_argument("--runs", type=int, default=1, help="repeat the comparison N times and print the medians")
+    ap.add_argument("--before", default="", help="comma-separated --json files of runs before a change: their "
+                                                 "medians are printed beside")
     ap.add_argument("--replicas", type=int, default=None, help="measure N forge proxy replicas instead (N >= 1)")
     args = ap.parse_args()
     conns = [int(c) for c in args.conns.split(",")]
@@ -123,13 +130,51 @@ def main() -> int:
         totals *= len(conns)
     if args.replicas is not None and args.replicas < 1:
         ap.error("--replicas must be 1 or more")
-    tmp = Path(tempfile.mkdtemp(prefix="forge-proxy-bench-"))
-    try:
-        if args.replicas:
-            return _replicas(args.replicas, conns, totals, args.warmup, tmp, args.json)
-        return _compare(args, conns, totals, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # the store of a long run is hundreds of MB
+    if args.runs < 1:
+        ap.error("--runs must be 1 or more")
+    before = [json.loads(Path(f).read_text()) for f in args.before.split(",") if f]
+    summaries: list[dict[str, Any]] = []
+    for run in range(args.runs):
+        tmp = Path(tempfile.mkdtemp(prefix="forge-proxy-bench-"))
+        try:
+            if args.replicas:
+                return _replicas(args.replicas, conns, totals, args.warmup, tmp, args.json)
+            if args.runs > 1:
+                print(f"\n== run {run + 1} of {args.runs}", flush=True)
+            out = args.json.with_name(f"{args.json.stem}-{run + 1}{args.json.suffix}") if args.json and args.runs > 1 \
+                else args.json
+            summaries.append(_compare(args, conns, totals, tmp, out))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # the store of a long run is hundreds of MB
+    if args.runs > 1 or before:
+        _medians(summaries, before)
+    return 0 if all(s["lost"] == 0 for s in summaries) else 1
+
+
+def _medians(after: list[dict[str, Any]], before: list[dict[str, Any]]) -> None:
+    """The medians over runs of the figures issue 14 is about, before and after."""
+    def med(runs: list[dict[str, Any]], conns: int, key: str) -> float | None:
+        values = [r[f"conns_{conns}"][key] for r in runs if f"conns_{conns}" in r]
+        return statistics.median(values) if values else None
+
+    rows = [("forge/mitmdump throughput, 16 conns", 16, "forge_over_mitmdump_rps", "{:.1%}"),
+            ("the addon's added p50 over the core, 1 conn (ms)", 1, "addon_added_p50_ms_vs_core", "{:.2f}"),
+            ("forge's added p50 over direct, 1 conn (ms)", 1, "added_p50_ms_vs_direct", "{:.2f}"),
+            ("addon CPU on the proxy's loop, 16 conns (us/call)", 16, "addon_cpu_us_per_call", "{:.0f}"),
+            ("store writer CPU, 16 conns (us/call)", 16, "writer_cpu_us_per_call", "{:.0f}")]
+    print(f"\nmedians of {len(after)} run(s)" + (f", before: {len(before)} run(s)" if before else ""))
+    for label, conns, key, fmt in rows:
+        a, b = med(after, conns, key), med(before, conns, key)
+        line = f"  {label:<52} {fmt.format(a) if a is not None else '-':>8}"
+        if before:
+            line += f"   before {fmt.format(b) if b is not None else '-':>8}"
+        print(line)
+    ratio = med(after, 16, "forge_over_mitmdump_rps")
+    added, added_before = med(after, 1, "addon_added_p50_ms_vs_core"), med(before, 1, "addon_added_p50_ms_vs_core")
+    print(f"targets (medians): forge >= 95% of mitmdump at 16 conns: {'met' if ratio and ratio >= 0.95 else 'NOT met'}"
+          + (f"; the addon's added p50 at 1 conn at most 0.2 ms above before: "
+             f"{'met' if added is not None and added_before is not None and added <= added_before + 0.2 else 'NOT met'}"
+             if before else ""))
 
 
 async def _spread(targets: list[tuple[int, str, str]], conns: int, total: int) -> list[dict[str, Any]]:
@@ -185,7 +230,8 @@ def _replicas(n: int, conns: list[int], totals: list[int], warmup: int, tmp: Pat
     return 0 if answered == stored else 1
 
 
-def _compare(args: argparse.Namespace, conns: list[int], totals: list[int], tmp: Path) -> int:
+def _compare(args: argparse.Namespace, conns: list[int], totals: list[int], tmp: Path,
+             out: Path | None) -> dict[str, Any]:
     up_port, bare_port, core_port = free_port(), free_port(), free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "tests/proxy/fake_upstream.py"), str(up_port)])
     bare = subprocess.Popen([str(mitmdump_path()), "--mode", f"reverse:http://127.0.0.1:{up_port}@127.0.0.1:{bare_port}",
@@ -267,12 +313,12 @@ def _compare(args: argparse.Namespace, conns: list[int], totals: list[int], tmp:
     print(f"  records: {answered} answered, {stored} stored ok ({with_ids} with token ids), lost {lost}")
     t16 = summary.get("conns_16", {}).get("forge_over_mitmdump_rps")
     t1 = summary.get("conns_1", {}).get("added_p50_ms_vs_direct")
-    print(f"\ntargets: forge >= 85% of mitmdump at 16 conns: {'met' if t16 and t16 >= 0.85 else 'NOT met'}; "
+    print(f"\ntargets: forge >= 95% of mitmdump at 16 conns: {'met' if t16 and t16 >= 0.95 else 'NOT met'}; "
           f"<= 1.5 ms added p50 at 1 conn: {'met' if t1 is not None and t1 <= 1.5 else 'NOT met'}; "
           f"zero lost records: {'met' if lost == 0 else 'NOT met'}")
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2))
-    return 0 if lost == 0 else 1
+    if out:
+        out.write_text(json.dumps(summary, indent=2))
+    return summary
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ def _replay(proxy: ProxyHandle, harness: str, bodies: list[dict[str, Any]]) -> l
         resp = httpx.post(info["base_url"] + "/v1/chat/completions", json=body, timeout=600,
                           headers={"authorization": f"Bearer {info['key']}"})
         assert resp.status_code == 200, resp.text
+    proxy.finish(info["rollout_id"])  # returns once the store writer committed the rollout's calls
     conn = open_store(proxy.store, readonly=True)
     try:
         return list(iter_calls(conn, info["rollout_id"]))
