@@ -39,16 +39,25 @@ Emit = Callable[[Stream, bytes], None]
 
 
 # kill every process of the container but its init (PID 1), the idle command that keeps it alive (the oldest
-# `sleep` whose parent is PID 1: docker's --init runs it as PID 1's child; in a Pod it is PID 1 itself) and this
-# shell; plain POSIX sh and /proc, so it runs in any image
+# `sleep` whose parent is PID 1: docker's --init runs it as PID 1's child; in a Pod it is PID 1 itself), the docker
+# backend's command runner (the oldest `sh` whose parent is that `sleep`, runner.py) with its per-command subshells
+# (they report each command's exit status), and this shell with its parent; plain POSIX sh and /proc, so it runs in
+# any image
 KILL_ALL = """idle=
 for p in /proc/[0-9]*; do
   read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
   if [ "$comm" = "(sleep)" ] && [ "$ppid" = 1 ] && { [ -z "$idle" ] || [ "$pid" -lt "$idle" ]; }; then idle=$pid; fi
 done
+runner=
 for p in /proc/[0-9]*; do
-  pid=${p#/proc/}
-  [ "$pid" = 1 ] || [ "$pid" = "$$" ] || [ "$pid" = "$idle" ] || kill -9 "$pid" 2>/dev/null
+  read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
+  if [ -n "$idle" ] && [ "$comm" = "(sh)" ] && [ "$ppid" = "$idle" ] && { [ -z "$runner" ] || [ "$pid" -lt "$runner" ]; }
+  then runner=$pid; fi
+done
+for p in /proc/[0-9]*; do
+  read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
+  [ "$pid" = 1 ] || [ "$pid" = "$$" ] || [ "$pid" = "$PPID" ] || [ "$pid" = "$idle" ] || [ "$pid" = "$runner" ] ||
+    { [ -n "$runner" ] && [ "$ppid" = "$runner" ]; } || kill -9 "$pid" 2>/dev/null
 done
 exit 0"""
 

@@ -2,9 +2,11 @@
 
 The container is created from :func:`container_kwargs` (labels ``forge.run``/``forge.rollout``,
 CPU/memory/pids limits, ``cap_drop=ALL``, no-new-privileges, host networking by default, the harness
-bundle bind-mounted read-only, nothing else from the host) and idles until its deadline; commands are
-exec'd into it. Files move as tar archives through the daemon. ``cleanup`` removes containers by label.
-forge never pulls: images come from ``scripts/base-image.sh`` or ``forge image build``.
+bundle bind-mounted read-only, nothing else from the host) and idles until its deadline. Commands reach
+it through forge's in-container runner (``runner.py``: named pipes in a read-only bind mount, no ``runc exec``
+per command) when the daemon is local, else through ``docker exec``. Files move as tar archives through the
+daemon. ``cleanup`` removes containers by label. forge never pulls: images come from ``scripts/base-image.sh``
+or ``forge image build``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import contextlib
 import io
 import json
+import os
 import shlex
 import tarfile
 import threading
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.config.schema import DockerRuntime
+from forge_cli.runtime import runner
 from forge_cli.runtime.base import (
     SandboxConfigError,
     SandboxError,
@@ -56,6 +60,12 @@ def client_for(runtime: DockerRuntime) -> Any:
                 raise SandboxUnavailable(f"cannot reach dockerd at {where}: {_short(error)}", DAEMON_FIX) from error
             _clients[runtime.docker_host] = client
         return client
+
+
+def _local_daemon(runtime: DockerRuntime) -> bool:
+    """Does dockerd share this machine's filesystem (a unix socket), so that a host directory can be bind-mounted?"""
+    address = runtime.docker_host or os.environ.get("DOCKER_HOST") or "unix://"
+    return address.startswith("unix://")
 
 
 def _short(error: BaseException) -> str:
@@ -99,6 +109,7 @@ class DockerSandbox(ContainerSandbox):
     def __init__(self, spec: Any, runtime: DockerRuntime, log_dir: Path | None = None) -> None:
         super().__init__(spec, runtime, log_dir)
         self.container_id: str | None = None
+        self.channel: runner.Channel | None = None
 
     @classmethod
     def default_runtime(cls) -> DockerRuntime:
@@ -129,6 +140,11 @@ class DockerSandbox(ContainerSandbox):
         from docker.models.containers import _create_container_args
 
         api = client_for(self.runtime).api
+        if _local_daemon(self.runtime):
+            self.channel = runner.Channel()
+            kwargs["command"] = runner.main_command(kwargs["command"])
+            kwargs["volumes"] = {**kwargs.get("volumes", {}), str(self.channel.dir): {"bind": runner.MOUNT,
+                                                                                        "mode": "ro"}}
         with docker_errors(f"creating sandbox {self.spec.name} from image '{self.spec.image}'"):
             # the low-level calls: the high-level create() inspects the new container once more
             args = _create_container_args({**kwargs, "version": api._version})
@@ -138,17 +154,23 @@ class DockerSandbox(ContainerSandbox):
     async def _stop(self) -> None:
         if self.container_id is not None:
             await blocking(self._stop_blocking)
+        elif self.channel is not None:  # the container was never created
+            self.channel.close()
 
     def _stop_blocking(self) -> None:
         import docker.errors
 
-        with docker_errors(f"removing sandbox {self.spec.name}"):
-            try:
-                if self.log_dir is not None:
-                    self._save_logs()
-                self.api.remove_container(self.container_id, force=True, v=True)
-            except docker.errors.NotFound:
-                return
+        try:
+            with docker_errors(f"removing sandbox {self.spec.name}"):
+                try:
+                    if self.log_dir is not None:
+                        self._save_logs()
+                    self.api.remove_container(self.container_id, force=True, v=True)
+                except docker.errors.NotFound:
+                    return
+        finally:
+            if self.channel is not None:
+                self.channel.close()
 
     def _save_logs(self) -> None:
         assert self.log_dir is not None
@@ -177,6 +199,12 @@ class DockerSandbox(ContainerSandbox):
 
     # ------------------------------------------------------------------ exec
     def _run_blocking(self, argv: list[str], emit: Emit, stdin: bytes | None = None) -> int | None:
+        channel = self.channel
+        if channel is not None and channel.usable is not False and stdin is None:
+            script = argv[2] if len(argv) == 3 and argv[:2] == ["/bin/sh", "-c"] else "exec " + shlex.join(argv)
+            code = channel.run(script, emit, lambda: self._container_state().running)  # type: ignore[arg-type]
+            if code is not False:
+                return code
         what = f"running a command in sandbox {self.spec.name}"
         with docker_errors(what):
             exec_id = self.api.exec_create(self.container_id, argv, stdout=True, stderr=True, stdin=False)["Id"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from forge_cli.config.schema import DockerRuntime, Resources
+from forge_cli.runtime import runner
 from forge_cli.runtime.base import (
     SandboxConfigError,
     SandboxError,
@@ -137,8 +138,9 @@ def test_no_host_paths_no_capabilities(factory: Factory, tmp_path: Path) -> None
     assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd") and host["Privileged"] is False
     assert "no-new-privileges" in host["SecurityOpt"]
     assert host["NetworkMode"] == "host"
-    assert [(m["Source"], m["Destination"], m["RW"]) for m in info["Mounts"]] == [
-        (str(bundle), "/opt/forge/harness", False)]
+    # the bundle and the command runner's pipes (runner.py), both read-only
+    assert sorted((m["Source"], m["Destination"], m["RW"]) for m in info["Mounts"]) == sorted([
+        (str(bundle), "/opt/forge/harness", False), (str(sb_channel_dir(info)), runner.MOUNT, False)])
     for line in caps.stdout.splitlines():
         assert line.split()[1] == "0000000000000000", caps.stdout
     assert ran.stdout == "harness ran\n"
@@ -146,6 +148,55 @@ def test_no_host_paths_no_capabilities(factory: Factory, tmp_path: Path) -> None
     # no other bind mount of a host path than the bundle
     assert str(tmp_path) in mounts.stdout and str(ROOT) not in mounts.stdout
     assert info["HostConfig"]["Memory"] == 512 * 1000**2 and info["HostConfig"]["PidsLimit"] == 512
+    assert not info.get("ExecIDs"), "commands went through the runner, not docker exec"
+
+
+def sb_channel_dir(info: dict[str, Any]) -> str:
+    return next(m["Source"] for m in info["Mounts"] if m["Destination"] == runner.MOUNT)
+
+
+def test_runner_carries_commands_and_survives_kill_processes(factory: Factory) -> None:
+    """Commands run through the in-container runner (no docker exec): output streams, exit codes, a timeout kills the
+    command's whole process group, kill_processes spares the runner and ends a command still running (its exit
+    status still arrives), and the channel's directory is gone with the sandbox."""
+    async def body() -> tuple[Any, ...]:
+        sb = await factory.create()
+        assert isinstance(sb, DockerSandbox) and sb.channel is not None
+        channel_dir = sb.channel.dir
+        async with sb:
+            both = await sb.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+            big = await sb.exec(["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"])
+            timed = await sb.exec(["sh", "-c", "sleep 100 & sleep 100; echo never"], timeout=2)
+            left = await sb.exec(["sh", "-c", "ps -eo comm | grep -c '^sleep$' || true"])
+            long = asyncio.ensure_future(sb.exec(["sleep", "60"]))
+            await asyncio.sleep(1)
+            await sb.kill_processes()
+            ended = await asyncio.wait_for(long, 20)
+            after = await sb.exec(["echo", "still here"])
+            execs = inspect(sb).get("ExecIDs")
+        return both, big, timed, left, ended, after, execs, channel_dir, sb.channel.usable
+
+    both, big, timed, left, ended, after, execs, channel_dir, usable = run(body())
+    assert (both.stdout, both.stderr, both.exit_code) == ("out\n", "err\n", 3)
+    assert big.stdout == "x" * 300000 and big.exit_code == 0
+    assert timed.timed_out and "never" not in timed.stdout
+    assert left.stdout.strip() == "1", "only the idle sleep is left: the timed-out command's group was killed"
+    assert ended.exit_code == 137
+    assert after.stdout == "still here\n" and usable is True and not execs
+    assert not channel_dir.exists()
+
+
+def test_runner_not_there_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No runner reads the command pipe (an image without setsid, a daemon on another machine): nothing runs and the
+    caller is told, so that the backend uses docker exec; the channel is then not tried again."""
+    monkeypatch.setattr(runner, "READY_WAIT_S", 0.3)
+    channel = runner.Channel(str(tmp_path))
+    try:
+        assert channel.run("echo hi", lambda *_: None, lambda: True) is False
+        assert channel.usable is False and sorted(p.name for p in channel.dir.iterdir()) == ["cmd", "runner.sh"]
+    finally:
+        channel.close()
+    assert not channel.dir.exists()
 
 
 def test_logs_kept_with_the_rollout(factory: Factory, tmp_path: Path) -> None:
