@@ -51,8 +51,8 @@ done
 runner=
 for p in /proc/[0-9]*; do
   read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
-  if [ -n "$idle" ] && [ "$comm" = "(sh)" ] && [ "$ppid" = "$idle" ] && { [ -z "$runner" ] || [ "$pid" -lt "$runner" ]; }
-  then runner=$pid; fi
+  [ -n "$idle" ] && [ "$comm" = "(sh)" ] && [ "$ppid" = "$idle" ] || continue
+  if [ -z "$runner" ] || [ "$pid" -lt "$runner" ]; then runner=$pid; fi
 done
 for p in /proc/[0-9]*; do
   read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
