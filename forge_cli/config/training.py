@@ -93,6 +93,8 @@ class TrainerConfig(Strict):
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
     max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
     ppo_epochs: Annotated[int, Field(ge=1)] = 1
+    # optimizer steps per pass: the step's groups split into this many mini-batches (fewer when there are fewer groups)
+    ppo_mini_batches: Annotated[int, Field(ge=1)] = 1
     micro_batch_tokens: Annotated[int, Field(gt=0)] = 4096
     # recompute activations in the backward pass (much less memory, ~30% more compute)
     gradient_checkpointing: bool = True

@@ -2,13 +2,14 @@
 
 Per ``train_step(samples)``: samples are packed into micro-batches of at most ``trainer.micro_batch_tokens`` tokens
 (right-padded), each micro-batch's forward pass recomputes the policy's logprobs of the response tokens, the policy
-loss (``forge_cli/train/algos.py``: PPO-clip, TIS, KL) is weighted so that the accumulated gradient equals the
-whole batch's loss under ``algo.loss_agg_mode``, and one AdamW step follows (gradient clipping
-``trainer.max_grad_norm``). ``trainer.precision`` bf16 runs the passes under bf16 autocast (weights, gradients
-and optimizer state stay float32); ``auto`` picks it where bf16 is native. The logprobs are raw ``log_softmax`` of
-the logits (temperature 1), the quantity vLLM returns by default (``--logprobs-mode raw_logprobs``), so at step 0
-the trainer's and the rollout's logprobs of the same tokens agree up to numerics; every step reports the mismatch
-(mean and max |delta|) and the importance ratio.
+loss (``forge_cli/train/algos.py``: PPO-clip, TIS, KL) is weighted so that the accumulated gradient equals the whole
+batch's loss under ``algo.loss_agg_mode``, and one AdamW step follows (gradient clipping ``trainer.max_grad_norm``);
+``trainer.ppo_epochs`` passes x ``trainer.ppo_mini_batches`` mini-batches of whole groups make that many AdamW steps
+per training step, PPO's ratio taken against the start-of-step policy. ``trainer.precision`` bf16 runs the passes
+under bf16 autocast (weights, gradients and optimizer state stay float32); ``auto`` picks it where bf16 is native.
+The logprobs are raw ``log_softmax`` of the logits (temperature 1), the quantity vLLM returns by default
+(``--logprobs-mode raw_logprobs``), so at step 0 the trainer's and the rollout's logprobs of the same tokens agree
+up to numerics; every step reports the mismatch (mean and max |delta|) and the importance ratio.
 
 Checkpoints are HF safetensors directories (weights, config, tokenizer and chat template), servable as they are,
 with ``trainer_state.pt`` beside them (optimizer, step, RNG).
@@ -30,6 +31,7 @@ import math
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +85,29 @@ def pack(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
     if current:
         batches.append(current)
     return batches
+
+
+def mini_batches(samples: list[Sample], count: int) -> list[list[Sample]]:
+    """The step's samples in ``count`` mini-batches of whole groups (a group's rollouts share one update), groups in
+    order of first appearance and spread as evenly as they go; fewer mini-batches when there are fewer groups."""
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault(sample.group_id, []).append(sample)
+    ordered = list(groups.values())
+    count = max(1, min(count, len(ordered)))
+    return [[s for group in ordered[i::count] for s in group] for i in range(count)]
+
+
+@dataclass
+class _Totals:
+    """What one step's updates add up (``LocalTrainer.train_step``)."""
+
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    clip: float = 0.0
+    tokens: int = 0
+    deltas: list[float] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
 
 
 class LocalTrainer(TrainerBackend, kind="local"):
@@ -224,53 +249,88 @@ class LocalTrainer(TrainerBackend, kind="local"):
         return {id(s): weights[row] for row, s in enumerate(samples)}
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        """``trainer.ppo_epochs`` passes over the step's samples, each pass split into ``trainer.ppo_mini_batches``
+        mini-batches of whole groups (``mini_batches``), one AdamW step per mini-batch. PPO's ratio is taken
+        against the policy that generated the batch: with TIS, the trainer's own logprobs under the weights at the
+        start of the step (recomputed once, before the first update, when there is more than one), each token's
+        loss weighted by ``min(pi_old / pi_rollout, tis_cap)``; without TIS, against the rollout engine's logprobs
+        (veRL's bypass mode). The trainer-vs-rollout mismatch is measured under the start-of-step weights."""
+        started = time.monotonic()
+        parts = mini_batches(samples, self.trainer.ppo_mini_batches)
+        updates = self.trainer.ppo_epochs * len(parts)
+        old = self._start_logprobs(samples) if updates > 1 and self.algo.tis_cap is not None else None
+        totals = _Totals()
+        for epoch in range(self.trainer.ppo_epochs):
+            for part in parts:
+                self._update(part, old, totals, measure=epoch == 0)
+        self.steps += 1
+        seconds = time.monotonic() - started
+        deltas, ratios = totals.deltas or [0.0], totals.ratios or [1.0]
+        # tokens trained counts each sampled token once, however many passes went over it
+        tokens = totals.tokens / self.trainer.ppo_epochs
+        return {"loss": totals.loss / updates, "grad_norm": totals.grad_norm / updates, "train_tokens": tokens,
+                "train_tokens_per_s": tokens / seconds if seconds > 0 else 0.0, "train_s": seconds,
+                "logprob_abs_delta_mean": sum(deltas) / len(deltas), "logprob_abs_delta_max": max(deltas),
+                "importance_ratio_mean": sum(ratios) / len(ratios), "importance_ratio_max": max(ratios),
+                "clip_fraction": totals.clip / max(totals.tokens, 1), "samples": float(len(samples)),
+                "optimizer_steps": float(updates)}
+
+    def _start_logprobs(self, samples: list[Sample]) -> dict[int, list[float]]:
+        """Each sample's response logprobs under the current weights (no gradient): PPO's old policy for a step
+        with several updates."""
+        import torch
+
+        out: dict[int, list[float]] = {}
+        with torch.no_grad():
+            for batch in pack(samples, self.trainer.micro_batch_tokens):
+                logprobs, _ = self.logprobs(batch)
+                for row, sample in enumerate(batch):
+                    out[id(sample)] = logprobs[row, :len(sample.response_ids)].tolist()
+        return out
+
+    def _update(self, samples: list[Sample], old: dict[int, list[float]] | None, totals: _Totals,
+                measure: bool) -> None:
+        """One AdamW step on ``samples``: micro-batches of at most ``trainer.micro_batch_tokens``, their losses
+        weighted (``batch_weights``) so that the accumulated gradient is the loss of ``samples`` as one batch."""
         import torch
 
         from forge_cli.train.algos import PolicyLossConfig, compute_policy_loss_vanilla, kl_penalty, tis_weights
 
-        started = time.monotonic()
         weights = self.batch_weights(samples)
         config = PolicyLossConfig(clip_ratio=self.algo.clip_ratio_low, clip_ratio_low=self.algo.clip_ratio_low,
                                   clip_ratio_high=self.algo.clip_ratio_high, clip_ratio_c=self.algo.clip_ratio_c)
         self.optimizer.zero_grad(set_to_none=True)
-        deltas: list[float] = []
-        ratios: list[float] = []
-        clip, loss_total, tokens = 0.0, 0.0, 0
         for batch in pack(samples, self.trainer.micro_batch_tokens):
             logprobs, mask = self.logprobs(batch)
             rollout = _padded([s.rollout_logprobs for s in batch], logprobs.shape[1], self.device)
+            start = logprobs.detach() if old is None else _padded([old[id(s)] for s in batch], logprobs.shape[1],
+                                                                   self.device)
             advantages = torch.tensor([s.advantage for s in batch], device=self.device)[:, None].expand_as(logprobs)
             w = torch.zeros_like(mask)
             for row, sample in enumerate(batch):
                 w[row, :len(sample.loss_mask)] = weights[id(sample)][:len(sample.loss_mask)]
-            tis = tis_weights(logprobs.detach(), rollout, mask, self.algo.tis_cap)
-            # with TIS the ratio is taken against the trainer's own logprobs of the batch and the engine mismatch is
-            # corrected by the capped weight; without it, against the rollout engine's (veRL's bypass mode)
-            old = logprobs.detach() if tis is not None else rollout
-            loss, info = compute_policy_loss_vanilla(old, logprobs, advantages, mask, config=config,
+            tis = tis_weights(start, rollout, mask, self.algo.tis_cap)
+            # with TIS the ratio is taken against the trainer's own start-of-step logprobs and the engine mismatch
+            # is corrected by the capped weight; without it, against the rollout engine's (veRL's bypass mode)
+            reference = start if tis is not None else rollout
+            loss, info = compute_policy_loss_vanilla(reference, logprobs, advantages, mask, config=config,
                                                      rollout_is_weights=tis, loss_weights=w)
             if self.algo.kl_coef > 0:
                 loss = loss + self.algo.kl_coef * (kl_penalty(logprobs, self.reference_logprobs(batch),
                                                               self.algo.kl_penalty) * w * mask).sum()
             loss.backward()
             n = int(mask.sum())
-            loss_total += float(loss.detach())
-            tokens += n
-            clip += info["actor/pg_clipfrac"] * n
-            with torch.no_grad():
-                deltas.extend((logprobs - rollout).abs()[mask > 0].tolist())
-                ratios.extend(torch.exp(logprobs - rollout)[mask > 0].tolist())
+            totals.loss += float(loss.detach())
+            totals.tokens += n
+            totals.clip += info["actor/pg_clipfrac"] * n
+            if measure:
+                with torch.no_grad():
+                    totals.deltas.extend((start - rollout).abs()[mask > 0].tolist())
+                    totals.ratios.extend(torch.exp(start - rollout)[mask > 0].tolist())
         norm = torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
                                               self.trainer.max_grad_norm)
+        totals.grad_norm += float(norm)
         self.optimizer.step()
-        self.steps += 1
-        seconds = time.monotonic() - started
-        deltas, ratios = deltas or [0.0], ratios or [1.0]
-        return {"loss": loss_total, "grad_norm": float(norm), "train_tokens": float(tokens),
-                "train_tokens_per_s": tokens / seconds if seconds > 0 else 0.0, "train_s": seconds,
-                "logprob_abs_delta_mean": sum(deltas) / len(deltas), "logprob_abs_delta_max": max(deltas),
-                "importance_ratio_mean": sum(ratios) / len(ratios), "importance_ratio_max": max(ratios),
-                "clip_fraction": clip / max(tokens, 1), "samples": float(len(samples))}
 
     def reference_logprobs(self, batch: list[Sample]) -> torch.Tensor:
         """Logprobs of the batch's response tokens under the frozen initial weights (KL to a reference); with

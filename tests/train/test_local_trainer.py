@@ -1,6 +1,7 @@
 """The local trainer on the default model (CPU, no server): an update raises the logprob of a completion with a
-positive advantage and lowers one with a negative advantage; logprobs at step 0 agree with the rollout's own; the
-checkpoint is a servable HF directory and restores the optimizer state; packing respects the token budget."""
+positive advantage and lowers one with a negative advantage; logprobs at step 0 agree with the rollout's own;
+several PPO epochs and mini-batches make that many AdamW steps against the start-of-step policy; the checkpoint is a
+servable HF directory and restores the optimizer state; packing respects the token budget."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from forge_cli.config.compose import compose
-from forge_cli.train.local import STATE_FILE, LocalTrainer, pack
+from forge_cli.train.local import STATE_FILE, LocalTrainer, mini_batches, pack
 from forge_cli.train.sample import Sample
 
 torch = pytest.importorskip("torch")
@@ -32,8 +33,8 @@ def _sample(tokenizer: object, prompt: str, answer: str, advantage: float, rid: 
                   reward=1.0 if advantage > 0 else 0.0, advantage=advantage)
 
 
-def _trainer(lr: float = 1e-4, precision: str = "auto", **algo: object) -> LocalTrainer:
-    exp = compose([f"trainer.learning_rate={lr}", f"trainer.precision={precision}",
+def _trainer(lr: float = 1e-4, precision: str = "auto", trainer: tuple[str, ...] = (), **algo: object) -> LocalTrainer:
+    exp = compose([f"trainer.learning_rate={lr}", f"trainer.precision={precision}", *trainer,
                    *(f"algo.{k}={v}" for k, v in algo.items())]).experiment
     return LocalTrainer(_model_dir(), exp.trainer, exp.algo)
 
@@ -128,3 +129,59 @@ def test_pack_keeps_micro_batches_within_the_token_budget() -> None:
     assert sorted(len(x.input_ids) for b in batches for x in b) == [4, 5, 11, 51, 201]
     for batch in batches:
         assert len(batch) == 1 or max(len(x.input_ids) for x in batch) * len(batch) <= 60
+
+
+def _rollout_logprobs(trainer: LocalTrainer, *samples: Sample) -> None:
+    """The engine's logprobs as it would return them at step 0 (the trainer's own, same weights)."""
+    for sample in samples:
+        with torch.no_grad():
+            logprobs, _ = trainer.logprobs([sample])
+        sample.rollout_logprobs = logprobs[0, :len(sample.response_ids)].tolist()
+
+
+def test_ppo_epochs_and_mini_batches_make_that_many_steps_against_the_start_policy() -> None:
+    """trainer.ppo_epochs=2 x trainer.ppo_mini_batches=2: four AdamW steps in one train_step; the ratio of later
+    updates is taken against the start-of-step policy, so PPO's clip engages (clip fraction > 0 at a large learning
+    rate) where one update never clips; the mismatch metrics are those of the start-of-step weights."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(_model_dir())
+    prompt = "Task: create a.txt containing hi.\n"
+
+    def samples() -> list[Sample]:
+        good = _sample(tokenizer, prompt, "```bash\necho hi > a.txt\n```", +1.0, "good")
+        bad = _sample(tokenizer, prompt, "I cannot do that.", -1.0, "bad")
+        good.group_id, bad.group_id = "g1", "g2"
+        return [good, bad]
+
+    single = _trainer(lr=1e-4, precision="float32")
+    batch = samples()
+    _rollout_logprobs(single, *batch)
+    one = single.train_step(batch)
+    assert one["optimizer_steps"] == 1 and one["clip_fraction"] == 0.0
+
+    many = _trainer(lr=1e-4, precision="float32", trainer=("trainer.ppo_epochs=2", "trainer.ppo_mini_batches=2"))
+    batch = samples()
+    _rollout_logprobs(many, *batch)
+    before = {s.rollout_id: _logprob(many, s) for s in batch}
+    steps_before = {id(p): p.detach().clone() for p in many.model.parameters()}
+    metrics = many.train_step(batch)
+    after = {s.rollout_id: _logprob(many, s) for s in batch}
+    assert metrics["optimizer_steps"] == 4 and many.steps == 1
+    assert int(many.optimizer.state_dict()["state"][0]["step"]) == 4, "four AdamW steps"
+    assert metrics["clip_fraction"] > 0, "later updates are clipped against the start-of-step policy"
+    assert metrics["logprob_abs_delta_max"] < 1e-4, "mismatch measured under the start-of-step weights"
+    assert metrics["train_tokens"] == sum(s.loss_tokens for s in batch), "each token counted once"
+    assert after["good"] > before["good"] and after["bad"] < before["bad"], (before, after)
+    assert any(not torch.equal(steps_before[id(p)], p) for p in many.model.parameters())
+
+
+def test_mini_batches_keep_groups_whole() -> None:
+    def s(group: str, n: int) -> Sample:
+        return Sample(rollout_id=f"{group}{n}", group_id=group, task_id="t", segment=0, prompt_ids=[1],
+                      response_ids=[2], loss_mask=[1], rollout_logprobs=[0.0], reward=0.0)
+
+    batch = [s("a", 0), s("b", 0), s("a", 1), s("c", 0), s("b", 1), s("d", 0)]
+    parts = mini_batches(batch, 2)
+    assert [[x.rollout_id for x in part] for part in parts] == [["a0", "a1", "c0"], ["b0", "b1", "d0"]]
+    assert mini_batches(batch, 1) == [batch] and len(mini_batches(batch, 9)) == 4, "at most one per group"

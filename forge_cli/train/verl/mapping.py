@@ -50,6 +50,7 @@ MAPPING: list[tuple[str, str]] = [
     ("trainer.weight_decay", "actor_rollout_ref.actor.optim.weight_decay"),
     ("trainer.max_grad_norm", "actor_rollout_ref.actor.optim.clip_grad"),
     ("trainer.ppo_epochs", "actor_rollout_ref.actor.ppo_epochs"),
+    ("trainer.ppo_mini_batches", "actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("trainer.micro_batch_tokens", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"),
     ("trainer.gradient_checkpointing", "actor_rollout_ref.model.enable_gradient_checkpointing"),
     ("trainer.precision", "actor_rollout_ref.actor.fsdp_config.dtype"),
@@ -115,6 +116,10 @@ def unsupported(exp: Experiment) -> list[tuple[str, str]]:
         out.append((f"trainer.micro_batch_tokens={t.micro_batch_tokens} is below trainer.max_seq_len="
                     f"{t.max_seq_len}: veRL packs whole rows into micro-batches of at most that many tokens",
                     f"trainer.micro_batch_tokens={t.max_seq_len} (or more)"))
+    if t.tasks_per_step % t.ppo_mini_batches:
+        out.append((f"trainer.ppo_mini_batches={t.ppo_mini_batches} does not divide trainer.tasks_per_step="
+                    f"{t.tasks_per_step}: veRL's ppo_mini_batch_size counts whole prompts",
+                    "a trainer.ppo_mini_batches that divides trainer.tasks_per_step"))
     if t.strategy == "megatron" and t.lora is not None:
         out.append(("trainer.lora with trainer.strategy=megatron: veRL's LoRA keys are for FSDP",
                     "trainer.strategy=fsdp2"))
@@ -160,9 +165,9 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         "actor_rollout_ref.actor.kl_loss_coef": a.kl_coef,
         "actor_rollout_ref.actor.kl_loss_type": a.kl_penalty,
         "actor_rollout_ref.actor.entropy_coeff": 0,
-        # one optimizer step per training step, as forge's local trainer
+        # ppo_mini_batches optimizer steps per pass over the step's batch, as forge's local trainer
         "data.train_batch_size": t.tasks_per_step,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": t.tasks_per_step,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": max(1, t.tasks_per_step // t.ppo_mini_batches),
         "actor_rollout_ref.actor.ppo_epochs": t.ppo_epochs,
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": t.micro_batch_tokens,
