@@ -1,14 +1,17 @@
 """Does `forge train` make the policy better? Held-out pass rate before and after N training steps, with a control.
 
     .venv/bin/python benchmarks/learning.py [--steps 8] [--trials 3] [--learning-rate 3e-5] [--tasks-per-step 4]
-        [--group-size 4] [--temperature 0.7] [--eval-temperature 0.3] [--seed 0] [--control train|eval|none]
+        [--group-size 4] [--algo dapo] [--refill-rounds 1] [--ppo-epochs 2] [--ppo-mini-batches 2]
+        [--gradient-checkpointing] [--temperature 0.7] [--eval-temperature 0.3] [--seed 0] [--control train|eval|none]
         [--output-dir runs/learning] [--json out.json] [-- OVERRIDES]
 
 What it runs, each a real forge command on the default model and harness (react, builtin tasks) unless OVERRIDES
 say otherwise (e.g. ``runtime=docker``, recommended: local sandboxes are not isolated):
 
 1. ``forge eval`` of the base policy on the builtin ``test`` split, ``--trials`` trials per task ("before");
-2. ``forge train`` for ``--steps`` steps on the ``train`` split (no test template instance is in it);
+2. ``forge train`` for ``--steps`` steps on the ``train`` split (no test template instance is in it), with the
+   recipe that met the target here: DAPO refilling groups without signal once per step, two PPO epochs of two
+   mini-batches each (four AdamW steps per training step), learning rate 3e-5;
 3. ``forge eval`` of the last checkpoint, same split, trials, temperature and seed ("after");
 4. the control: ``forge train`` with learning rate 0 over the same steps and seed, then ``forge eval`` of its last
    checkpoint. Its weights equal the base's, so its change from "before" is the noise floor of the measurement
@@ -65,10 +68,20 @@ def evaluate(name: str, model_path: str | None, args: argparse.Namespace, extra:
 
 def train(name: str, learning_rate: float, args: argparse.Namespace, extra: list[str]) -> tuple[dict[str, Any], float]:
     return forge(["train", "--json", f"trainer.steps={args.steps}", f"trainer.tasks_per_step={args.tasks_per_step}",
-                  f"algo.group_size={args.group_size}", f"trainer.learning_rate={learning_rate}",
+                  *recipe(args), f"trainer.learning_rate={learning_rate}",
                   f"rollout.sampling.temperature={args.temperature}", f"run.seed={args.seed}",
                   f"run.output_dir={args.output_dir}", f"run.name=learning-{name}", *args.train_override, *extra],
                  f"train {name}")
+
+
+def recipe(args: argparse.Namespace) -> list[str]:
+    """The training recipe's overrides (the algorithm, its group size, updates per step, activation memory)."""
+    out = [f"algo={args.algo}", f"algo.group_size={args.group_size}", f"trainer.ppo_epochs={args.ppo_epochs}",
+           f"trainer.ppo_mini_batches={args.ppo_mini_batches}",
+           f"trainer.gradient_checkpointing={str(args.gradient_checkpointing).lower()}"]
+    if args.algo == "dapo":
+        out.append(f"algo.dynamic_sampling_max_rounds={args.refill_rounds}")
+    return out
 
 
 def last_checkpoint(summary: dict[str, Any]) -> str:
@@ -104,6 +117,16 @@ def main() -> int:
     parser.add_argument("--tasks-per-step", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training rollouts")
+    parser.add_argument("--algo", choices=("dapo", "grpo", "rloo"), default="dapo",
+                        help="the training algorithm (configs/algo/)")
+    parser.add_argument("--refill-rounds", type=int, default=1,
+                        help="DAPO: extra generation rounds per step refilling groups whose rewards are all equal")
+    parser.add_argument("--ppo-epochs", type=int, default=2, help="passes over each step's batch")
+    parser.add_argument("--ppo-mini-batches", type=int, default=2,
+                        help="AdamW steps per pass (mini-batches of whole groups)")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute activations in the backward pass (less memory, ~30%% slower; off here: the "
+                             "135M model's activations fit)")
     parser.add_argument("--eval-temperature", type=float, default=0.3,
                         help="sampling temperature of both evaluations (the builtin suite is calibrated at 0.3)")
     parser.add_argument("--seed", type=int, default=0)
@@ -145,7 +168,8 @@ def main() -> int:
         "steps": args.steps, "learning_rate": args.learning_rate, "tasks_per_step": args.tasks_per_step,
         "group_size": args.group_size, "temperature": args.temperature,
         "eval_temperature": args.eval_temperature, "trials": args.trials, "seed": args.seed,
-        "extra": extra, "runs": {"before": before, "train": trained["run_dir"], "after": after},
+        "recipe": recipe(args), "train_override": args.train_override, "extra": extra,
+        "runs": {"before": before, "train": trained["run_dir"], "after": after},
         "pass_at_1": pass_at_1(before, after),
         "wall_s": {"before_eval": round(before_s), "train": round(train_s), "after_eval": round(after_s),
                    "total": round(wall_s)},
@@ -168,6 +192,7 @@ def main() -> int:
           f"lr {args.learning_rate:g}, temperature {args.temperature} (eval {args.eval_temperature}), "
           f"{args.trials} trials x {p['tasks']} "
           f"{args.split} tasks, seed {args.seed}")
+    print(f"  training recipe: {' '.join(recipe(args) + args.train_override)}")
     print(f"  held-out pass@1: before {pct(p['before'])}, after {pct(p['after'])}: {points(p['delta'])} points "
           f"(95% CI {points(p['low'])} .. {points(p['high'])})")
     if "control_pass_at_1" in result:

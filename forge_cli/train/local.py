@@ -250,15 +250,19 @@ class LocalTrainer(TrainerBackend, kind="local"):
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
         """``trainer.ppo_epochs`` passes over the step's samples, each pass split into ``trainer.ppo_mini_batches``
-        mini-batches of whole groups (``mini_batches``), one AdamW step per mini-batch. PPO's ratio is taken
-        against the policy that generated the batch: with TIS, the trainer's own logprobs under the weights at the
-        start of the step (recomputed once, before the first update, when there is more than one), each token's
-        loss weighted by ``min(pi_old / pi_rollout, tis_cap)``; without TIS, against the rollout engine's logprobs
-        (veRL's bypass mode). The trainer-vs-rollout mismatch is measured under the start-of-step weights."""
+        mini-batches of whole groups (``mini_batches``), one AdamW step per mini-batch. PPO's ratio is taken against
+        the policy that generated the batch: with TIS, the trainer's own logprobs under the weights at the start of
+        the step (when there is more than one update: kept from the first mini-batch's first pass, recomputed for the
+        others before the first update), each token's loss weighted by ``min(pi_old / pi_rollout, tis_cap)``; without
+        TIS, against the rollout engine's logprobs (veRL's bypass mode). The trainer-vs-rollout mismatch is measured
+        under the start-of-step weights."""
         started = time.monotonic()
         parts = mini_batches(samples, self.trainer.ppo_mini_batches)
         updates = self.trainer.ppo_epochs * len(parts)
-        old = self._start_logprobs(samples) if updates > 1 and self.algo.tis_cap is not None else None
+        old: dict[int, list[float]] | None = None
+        if updates > 1 and self.algo.tis_cap is not None:
+            # the first mini-batch's come from its first forward pass, before any update; the others' need one pass
+            old = self._start_logprobs([s for part in parts[1:] for s in part])
         totals = _Totals()
         for epoch in range(self.trainer.ppo_epochs):
             for part in parts:
@@ -303,8 +307,12 @@ class LocalTrainer(TrainerBackend, kind="local"):
         for batch in pack(samples, self.trainer.micro_batch_tokens):
             logprobs, mask = self.logprobs(batch)
             rollout = _padded([s.rollout_logprobs for s in batch], logprobs.shape[1], self.device)
-            start = logprobs.detach() if old is None else _padded([old[id(s)] for s in batch], logprobs.shape[1],
-                                                                   self.device)
+            if old is None or id(batch[0]) not in old:
+                start = logprobs.detach()  # before this step's first update
+                for row, sample in enumerate(batch if old is not None else []):
+                    old[id(sample)] = start[row, :len(sample.response_ids)].tolist()  # type: ignore[index]
+            else:
+                start = _padded([old[id(s)] for s in batch], logprobs.shape[1], self.device)
             advantages = torch.tensor([s.advantage for s in batch], device=self.device)[:, None].expand_as(logprobs)
             w = torch.zeros_like(mask)
             for row, sample in enumerate(batch):

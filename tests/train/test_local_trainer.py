@@ -184,4 +184,5 @@ def test_mini_batches_keep_groups_whole() -> None:
     batch = [s("a", 0), s("b", 0), s("a", 1), s("c", 0), s("b", 1), s("d", 0)]
     parts = mini_batches(batch, 2)
     assert [[x.rollout_id for x in part] for part in parts] == [["a0", "a1", "c0"], ["b0", "b1", "d0"]]
-    assert mini_batches(batch, 1) == [batch] and len(mini_batches(batch, 9)) == 4, "at most one per group"
+    assert [[x.rollout_id for x in part] for part in mini_batches(batch, 1)] == [["a0", "a1", "b0", "b1", "c0", "d0"]]
+    assert len(mini_batches(batch, 9)) == 4, "at most one per group"
