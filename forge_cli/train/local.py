@@ -307,12 +307,12 @@ class LocalTrainer(TrainerBackend, kind="local"):
         for batch in pack(samples, self.trainer.micro_batch_tokens):
             logprobs, mask = self.logprobs(batch)
             rollout = _padded([s.rollout_logprobs for s in batch], logprobs.shape[1], self.device)
-            if old is None or id(batch[0]) not in old:
-                start = logprobs.detach()  # before this step's first update
-                for row, sample in enumerate(batch if old is not None else []):
-                    old[id(sample)] = start[row, :len(sample.response_ids)].tolist()  # type: ignore[index]
-            else:
+            if old is not None and id(batch[0]) in old:
                 start = _padded([old[id(s)] for s in batch], logprobs.shape[1], self.device)
+            else:
+                start = logprobs.detach()  # before this step's first update
+                if old is not None:
+                    old.update({id(s): start[row, :len(s.response_ids)].tolist() for row, s in enumerate(batch)})
             advantages = torch.tensor([s.advantage for s in batch], device=self.device)[:, None].expand_as(logprobs)
             w = torch.zeros_like(mask)
             for row, sample in enumerate(batch):
