@@ -1,7 +1,7 @@
 """Does `forge train` make the policy better? Held-out pass rate before and after N training steps, with a control.
 
-    .venv/bin/python benchmarks/learning.py [--steps 8] [--trials 3] [--learning-rate 3e-5] [--tasks-per-step 4]
-        [--group-size 4] [--algo dapo] [--refill-rounds 1] [--ppo-epochs 2] [--ppo-mini-batches 2]
+    .venv/bin/python benchmarks/learning.py [--steps 10] [--trials 3] [--learning-rate 3e-5] [--tasks-per-step 4]
+        [--group-size 4] [--algo dapo] [--refill-rounds 2] [--ppo-epochs 3] [--ppo-mini-batches 2]
         [--gradient-checkpointing] [--temperature 0.7] [--eval-temperature 0.3] [--seed 0] [--control train|eval|none]
         [--output-dir runs/learning] [--json out.json] [-- OVERRIDES]
 
@@ -10,8 +10,8 @@ say otherwise (e.g. ``runtime=docker``, recommended: local sandboxes are not iso
 
 1. ``forge eval`` of the base policy on the builtin ``test`` split, ``--trials`` trials per task ("before");
 2. ``forge train`` for ``--steps`` steps on the ``train`` split (no test template instance is in it), with the
-   recipe that met the target here: DAPO refilling groups without signal once per step, two PPO epochs of two
-   mini-batches each (four AdamW steps per training step), learning rate 3e-5;
+   recipe that moved the policy most here: DAPO refilling groups without signal in up to two more rounds per step,
+   three PPO epochs of two mini-batches each (six AdamW steps per training step), learning rate 3e-5;
 3. ``forge eval`` of the last checkpoint, same split, trials, temperature and seed ("after");
 4. the control: ``forge train`` with learning rate 0 over the same steps and seed, then ``forge eval`` of its last
    checkpoint. Its weights equal the base's, so its change from "before" is the noise floor of the measurement
@@ -111,7 +111,7 @@ def main() -> int:
     if "--" in argv:
         extra, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--trials", type=int, default=3, help="trials per test task (at least 3 for the target)")
     parser.add_argument("--learning-rate", type=float, default=3e-5)
     parser.add_argument("--tasks-per-step", type=int, default=4)
@@ -119,9 +119,9 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training rollouts")
     parser.add_argument("--algo", choices=("dapo", "grpo", "rloo"), default="dapo",
                         help="the training algorithm (configs/algo/)")
-    parser.add_argument("--refill-rounds", type=int, default=1,
+    parser.add_argument("--refill-rounds", type=int, default=2,
                         help="DAPO: extra generation rounds per step refilling groups whose rewards are all equal")
-    parser.add_argument("--ppo-epochs", type=int, default=2, help="passes over each step's batch")
+    parser.add_argument("--ppo-epochs", type=int, default=3, help="passes over each step's batch")
     parser.add_argument("--ppo-mini-batches", type=int, default=2,
                         help="AdamW steps per pass (mini-batches of whole groups)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
