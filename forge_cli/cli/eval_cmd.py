@@ -64,8 +64,8 @@ def eval_(
     run_dir: list[str] = [f"{exp.run.output_dir}/<run>"]
     with stop_on_signals(lambda: f"finished trials are in {run_dir[0]}/results.jsonl; continue with: "
                                  f"forge eval --resume {run_dir[0]}"):
-        report = run_eval(exp, data, resume=resume, quiet=as_json,
-                          on_run_dir=lambda path: run_dir.__setitem__(0, str(path)))
+        # progress goes to stderr either way; --json changes stdout only
+        report = run_eval(exp, data, resume=resume, on_run_dir=lambda path: run_dir.__setitem__(0, str(path)))
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2))
         return

@@ -30,7 +30,7 @@ def rollout(
         run_dir: list[str] = [f"{composed.experiment.run.output_dir}/<run>"]
         with stop_on_signals(lambda: f"finished rollouts are in {run_dir[0]}/results.jsonl, every recorded call in "
                                      f"{run_dir[0]}/traces.sqlite"):
-            summary = execute(composed.experiment, composed.experiment.model_dump(mode="json"), quiet=as_json,
+            summary = execute(composed.experiment, composed.experiment.model_dump(mode="json"),  # progress: stderr
                               on_run_dir=lambda path: run_dir.__setitem__(0, str(path)))
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
