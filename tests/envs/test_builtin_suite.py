@@ -53,14 +53,14 @@ def _content(task: Task) -> tuple[object, ...]:
 def test_default_splits_sizes_and_families() -> None:
     source = _source()
     train, test = source.load("train"), source.load("test")
-    assert (len(train), len(test)) == (81, 31)
+    assert (len(train), len(test)) == (96, 36)
     assert source.splits() == ["train", "test", "all"]
     assert [source.default_split(p) for p in ("eval", "train", "rollout")] == ["test", "train", "test"]
     assert FAMILIES == ("create-edit", "search-count", "json-csv", "fix-script", "multi-step", "answer")
-    assert Counter(t.category for t in train) == {"create-edit": 12, "search-count": 15, "json-csv": 12,
-                                                  "fix-script": 15, "multi-step": 15, "answer": 12}
-    assert Counter(t.category for t in test) == {"create-edit": 5, "search-count": 5, "json-csv": 5,
-                                                 "fix-script": 5, "multi-step": 6, "answer": 5}
+    assert Counter(t.category for t in train) == {"create-edit": 15, "search-count": 18, "json-csv": 12,
+                                                  "fix-script": 18, "multi-step": 18, "answer": 15}
+    assert Counter(t.category for t in test) == {"create-edit": 6, "search-count": 6, "json-csv": 5,
+                                                 "fix-script": 6, "multi-step": 7, "answer": 6}
     assert [t.id for t in source.load("all")] == [t.id for t in train + test]
     assert [t.id for t in source.load(None)] == [t.id for t in train + test]
     assert (train[0].id, test[0].id) == ("create-edit-write-file-0", "create-edit-write-file-1")
@@ -68,8 +68,8 @@ def test_default_splits_sizes_and_families() -> None:
 
 def test_ids_templates_and_metadata() -> None:
     tasks = _all()
-    assert len({t.id for t in tasks}) == len(tasks) == 112
-    assert len(templates()) == 31 and {t.difficulty for t in templates()} == {"easy", "medium", "hard"}
+    assert len({t.id for t in tasks}) == len(tasks) == 132
+    assert len(templates()) == 36 and {t.difficulty for t in templates()} == {"easy", "medium", "hard"}
     for family in FAMILIES:
         own = [t for t in templates() if t.family == family]
         assert len(own) >= 4 and {t.difficulty for t in own} >= {"easy"}, family
@@ -91,7 +91,7 @@ def test_generation_is_deterministic_and_seeded() -> None:
     assert {t.id for t in other["test"]}.isdisjoint({t.id for t in _source().load("test")})
     assert other["test"][0].id == "create-edit-write-file-101"
     more = generate(BuiltinOptions(train_per_template=5, test_per_template=2))
-    assert (len(more["train"]), len(more["test"])) == (135, 62)
+    assert (len(more["train"]), len(more["test"])) == (160, 72)
     assert [t.id for t in more["train"][:3]] == ["create-edit-write-file-0", "create-edit-write-file-2",
                                                  "create-edit-write-file-4"]
 
@@ -139,7 +139,7 @@ def test_options_are_validated() -> None:
     with pytest.raises(UserError, match="unknown split 'dev'"):
         load_tasks(_env("env.split=dev"))
     taskset = load_tasks(_env(), purpose="train")
-    assert (taskset.split, len(taskset.tasks)) == ("train", 81)
+    assert (taskset.split, len(taskset.tasks)) == ("train", 96)
 
 
 # ---------------------------------------------------------------- every task in a real sandbox
@@ -291,7 +291,7 @@ def test_script_exports_a_task_file_that_env_path_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "builtin-tasks.py"), "--seed", "10",
                            "--test-per-template", "2", "--split", "test", "--export", str(out)],
                           capture_output=True, text=True, check=True)
-    assert done.stdout == f"wrote 62 tasks to {out} (run them with env.path={out})\n"
+    assert done.stdout == f"wrote 72 tasks to {out} (run them with env.path={out})\n"
     taskset = load_tasks(_env(f"env.path={out}"), purpose="eval")
     assert taskset.split == "test" and [t.id for t in taskset.tasks] == [
         t.id for t in generate(BuiltinOptions(seed=10, test_per_template=2))["test"]]

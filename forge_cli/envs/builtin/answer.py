@@ -85,3 +85,14 @@ def line_about_guided(rng: random.Random) -> Instance:
                     files={name: text(rows)}, check=checks.answer,
                     args={"path": "answer.txt", "expected": [next(r for r in rows if r.startswith(who + " "))]},
                     solution=command)
+
+
+@template(FAMILY, "easy")
+def last_entry_guided(rng: random.Random) -> Instance:
+    """Guided: the answer is a file's last line, found with the shown ``tail``."""
+    name = f"{rng.choice(['visits', 'orders', 'events', 'signups'])}.txt"
+    rows = [f"{person} {rng.randint(10, 99)}" for person in rng.sample(NAMES, rng.randint(3, 7))]
+    command = f"tail -n 1 {name} > answer.txt"
+    return Instance(instruction=guided(f"Write the last line of {name} into answer.txt.", command),
+                    files={name: text(rows)}, check=checks.answer, args={"path": "answer.txt", "expected": [rows[-1]]},
+                    solution=command)

@@ -75,3 +75,14 @@ def touch_guided(rng: random.Random) -> Instance:
     command = f"echo {sh(said)} > {name}"
     return Instance(instruction=guided(f"Create the file {name} containing the line `{said}`.", command),
                     check=checks.files, args={"goals": {name: said + "\n"}}, solution=command)
+
+
+@template(FAMILY, "easy")
+def append_guided(rng: random.Random) -> Instance:
+    """Guided: one word added as the last line of a list; the command (``>>``) is shown."""
+    name, pool = f"{rng.choice(STEMS)}.txt", words(rng, rng.randint(3, 6))
+    original, new = pool[:-1], pool[-1]
+    command = f"echo {new} >> {name}"
+    return Instance(instruction=guided(f"Add the word {new} as a new last line of {name}.", command),
+                    files={name: text(original)}, check=checks.edit,
+                    args={"path": name, "original": original, "expected": [*original, new]}, solution=command)

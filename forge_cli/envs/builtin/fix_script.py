@@ -86,3 +86,13 @@ def executable_guided(rng: random.Random) -> Instance:
     return Instance(instruction=guided(f"Fix {name}: it must be executable.", command),
                     files={name: text(["#!/bin/bash", f"echo {said}"])}, check=checks.outputs,
                     args={"cases": [[f"./{name}", said]]}, solution=command)
+
+
+@template(FAMILY, "easy")
+def typo_guided(rng: random.Random) -> Instance:
+    """Guided: the typo named, fixed with the shown ``sed``."""
+    name, said, typo = rng.choice(["hello.sh", "say.sh", "print.sh"]), phrase(rng), rng.choice(["ecoh", "ehco"])
+    command = f"sed -i 's/{typo}/echo/' {name}"
+    return Instance(instruction=guided(f"{name} has the typo {typo} where echo belongs. Replace it.", command),
+                    files={name: text(["#!/bin/bash", f"{typo} {said}"])}, check=checks.outputs,
+                    args={"cases": [[f"bash {name}", said]]}, solution=command)

@@ -97,3 +97,18 @@ def dir_and_file_guided(rng: random.Random) -> Instance:
     return Instance(instruction=guided(f"Create a directory {folder} with a file {name} in it containing `{said}`.",
                                        command),
                     check=checks.files, args={"goals": {f"{folder}/{name}": said + "\n"}}, solution=command)
+
+
+@template(FAMILY, "easy")
+def archive_guided(rng: random.Random) -> Instance:
+    """Guided: the log files moved into a new folder with the shown ``mkdir`` and ``mv``; the others stay."""
+    stems = words(rng, rng.randint(3, 5))
+    logs, kept = [f"{stem}.log" for stem in stems[:-1]], [f"{stems[-1]}.txt"]
+    files = _contents(rng, logs + kept)
+    folder = rng.choice(["old", "archive", "logs"])
+    command = f"mkdir {folder} && mv *.log {folder}/"
+    return Instance(instruction=guided(f"Move the .log files into a new folder {folder}.", command), files=files,
+                    check=checks.files,
+                    args={"goals": {**{f"{folder}/{log}": files[log] for log in logs}, **dict.fromkeys(logs)},
+                          "keep": {path: files[path] for path in kept}},
+                    solution=command)

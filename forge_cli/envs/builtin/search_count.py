@@ -88,3 +88,17 @@ def count_guided(rng: random.Random) -> Instance:
                     files={name: text(items)}, check=checks.answer,
                     args={"path": "lines.txt", "expected": [str(len(items))], "numeric": True}, solution=command,
                     secrets=())
+
+
+@template(FAMILY, "easy")
+def matches_guided(rng: random.Random) -> Instance:
+    """Guided: count the lines of a log with one level, with the shown ``grep -c``."""
+    level = rng.choice(["ERROR", "WARN"])
+    log = _log(rng, level)
+    out = f"{level.lower()}s.txt"
+    command = f"grep -c {level} app.log > {out}"
+    return Instance(instruction=guided(f"Write the number of {level} lines of app.log into {out}.", command),
+                    files={"app.log": text(log)}, check=checks.answer,
+                    args={"path": out, "expected": [str(sum(line.startswith(level) for line in log))],
+                          "numeric": True},
+                    solution=command)
