@@ -93,6 +93,10 @@ class ToolServer:
         return f"http://{self.advertise_host}:{self.port}"
 
     def start(self) -> ToolServer:
+        # listening before start() returns: uvicorn listens only once its loop runs serve(), and a client that
+        # connected in between was refused (seen in CI: ECONNREFUSED right after the fixture started the server);
+        # connections now wait in the backlog until the loop accepts them (asyncio's listen() again only resizes it)
+        self._sock.listen(2048)
         ready = threading.Event()
         # keep-alive: a harness's MCP client calls again after the model's next turn (seconds to minutes), and under
         # load uvicorn's 5 s default fired before the event loop read a request already sent: the client's
