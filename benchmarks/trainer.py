@@ -120,7 +120,12 @@ def main() -> int:
         return 1
     if args.only:
         return measure(args, model_dir)
-    pairs = [(child("baseline"), child("forge")) for _ in range(args.repeats)]
+    pairs = []
+    for k in range(args.repeats):  # ~1-2 min a configuration on 2 cores: say each pair as it ends
+        pair = (child("baseline"), child("forge"))
+        pairs.append(pair)
+        print(f"[trainer] pair {k + 1}/{args.repeats}: baseline {pair[0]['tokens_per_s']:.1f}, forge "
+              f"{pair[1]['tokens_per_s']:.1f} tokens/s", file=sys.stderr, flush=True)
     ratios = sorted(f["tokens_per_s"] / b["tokens_per_s"] for b, f in pairs)
     middle = sorted(pairs, key=lambda pair: pair[1]["tokens_per_s"] / pair[0]["tokens_per_s"])[len(pairs) // 2]
     runs = {"baseline": middle[0], "forge": middle[1],
