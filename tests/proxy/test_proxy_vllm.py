@@ -227,6 +227,7 @@ def test_responses_function_call_round_trip(vproxy: ProxyHandle, policy_server: 
     assert two["upstream_request"]["messages"][-1]["role"] == "tool"
 
 
+@pytest.mark.e2e  # a second vLLM server at 32,768 tokens and an 11,000-token prefill: ~2.5 min on 2 cores
 def test_gemini_cli_request_through_gemini_translation(long_context_server: Any, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Gemini CLI's recorded first request (its own prompt and 16 function declarations, ~11,000 tokens: served at

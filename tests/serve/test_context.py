@@ -56,6 +56,7 @@ def test_other_rope_types_are_not_rescaled(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
+@pytest.mark.e2e  # the 32,768-token server (~50 s to start) and an 8,400-token prefill (~60 s on 2 cores)
 def test_prompt_beyond_native_context_has_finite_logprobs(long_context_server) -> None:  # type: ignore[no-untyped-def]
     """Served at 32,768 tokens (tests/conftest.py), a ~8,400-token prompt past SmolLM2's 8,192 positions: every
     sampled token has a finite logprob (without YaRN vLLM answered null logprobs here)."""
