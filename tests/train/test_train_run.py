@@ -98,7 +98,7 @@ def test_train_is_killed_resumes_and_serves_each_steps_weights(tmp_path: Path, p
         assert [m["step"] for m in lines] == [1, 2], "one line per step, none duplicated or missing"
         assert lines[-1]["weight_version"] == "step-2" and weight_version(policy_server) == "step-2"
         checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-        assert checkpoints == ["step-2"], "the newest trainer.keep_checkpoints are kept (step-1 resumed from, then pruned)"
+        assert checkpoints == ["step-2"], "keep_checkpoints=1: step-1, resumed from, pruned"
         assert (run_dir / "checkpoints" / "step-2" / "model.safetensors").is_file()
         assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
         assert all(m["rollouts"] == 8 for m in lines)
