@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                                   extra)
     elif extra:
         parser.error(f"overrides after -- need --run: {' '.join(extra)}")
+    if not run_dirs and args.run:
+        print("error: no harness run finished (see above); nothing to report", file=sys.stderr)
+        return 1
     if not run_dirs:
         parser.error("give run directories, or --run")
     stats = analyse(run_dirs)

@@ -87,3 +87,14 @@ def test_without_the_baseline_harness_the_table_says_so(tmp_path: Path, capsys: 
 def test_not_a_run_directory(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"no traces\.sqlite"):
         mr.main([str(tmp_path)])
+
+
+def test_every_harness_run_failing_is_exit_1_not_a_usage_error(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # a real `forge rollout` per harness; an unknown harness exits before any server is reached
+    code = mr.main(["--run", "--harnesses", "no-such-harness", "--upstream", "http://127.0.0.1:9",
+                    "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no-such-harness: forge rollout failed (exit 2)" in err
+    assert "no harness run finished" in err and "give run directories" not in err
