@@ -16,17 +16,15 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _bindable(host: str, port: int) -> bool:
-    """Whether ``host:port`` can be bound now (an unknown host is left to the proxy's own check)."""
+    """Whether the proxy could listen on ``host:port`` now (an unknown host is left to the proxy's own check)."""
     import socket
 
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except socket.gaierror:
-            return True
-        except OSError:
-            return False
-    return True
+    from forge_cli.ports import bindable
+
+    try:
+        return bindable(host, port)
+    except socket.gaierror:
+        return True
 
 
 def proxy(

@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 from forge_cli.errors import UserError
 from forge_cli.paths import env_dir, forge_home
+from forge_cli.ports import free_port as free_port  # re-exported: callers start proxies on it
 from forge_cli.procs import die_with_parent
 from forge_cli.proxy.client import ProxyClient
 
@@ -81,11 +81,6 @@ def _import_root_ok(root: Path) -> bool:
         return False
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def upstream_context(url: str, timeout: float = 3.0) -> int:

@@ -157,11 +157,12 @@ def tool_server(exp: Experiment, needed: bool, log: Log) -> Iterator[Any]:
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Whether the proxy could listen on ``host:port`` (bound as the proxy binds: see :mod:`forge_cli.ports`)."""
     import socket
 
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+    from forge_cli.ports import bindable
+
+    try:
+        return bindable(host, port)
+    except socket.gaierror:
+        return True  # an unknown host is left to the proxy's own check

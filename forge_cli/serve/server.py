@@ -27,6 +27,7 @@ from typing import Any
 from forge_cli.config.schema import LoraSettings, ModelConfig, OpenAICompatibleModel, SmolModel, VllmModel
 from forge_cli.errors import UserError
 from forge_cli.paths import forge_home
+from forge_cli.ports import bindable, free_port
 from forge_cli.procs import die_with_parent
 from forge_cli.serve.adapter import AdapterServing, adapter_config, identity_adapter, lora_launch
 from forge_cli.serve.prepare import PreparedModel, check_model, resolve_model, vllm_python
@@ -39,22 +40,16 @@ class ServerError(UserError):
     """vLLM did not come up (bad model directory, out of memory, ...): the log tail says why."""
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def check_port_free(host: str, port: int) -> None:
-    """Raise a UserError if ``host:port`` cannot be bound."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise UserError(f"port {port} on {host} is already in use ({exc.strerror})",
-                            fix="pick another with --port P (or model.port=P), or 0 for a free one",
-                            exit_code=2) from None
+    """Raise a UserError if vLLM could not listen on ``host:port`` (checked as it binds: :mod:`forge_cli.ports`)."""
+    try:
+        free = bindable(host, port)
+    except socket.gaierror as exc:
+        raise UserError(f"cannot listen on {host}: {exc.strerror}", fix="use an address of this machine, e.g. "
+                        "127.0.0.1", exit_code=2) from None
+    if not free:
+        raise UserError(f"port {port} on {host} is already in use",
+                        fix="pick another with --port P (or model.port=P), or 0 for a free one", exit_code=2)
 
 
 def logs_dir() -> Path:
