@@ -109,7 +109,7 @@ class TrainerConfig(Strict):
     # periodic evaluation: every N steps (and after the last) the eval split through the same harness at
     # eval.temperature, eval.trials per task, never trained on (0: off)
     eval_every: Annotated[int, Field(ge=0)] = 0
-    # split evaluated (null: the env's eval split, e.g. test for builtin)
+    # split evaluated (null: the env's validation split, e.g. val for builtin, else its eval split)
     eval_split: str | None = None
     # at most this many tasks of the eval split (null: all)
     eval_max_tasks: Annotated[int, Field(gt=0)] | None = None

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from forge_cli.config.schema import EnvConfig
     from forge_cli.runtime.base import Sandbox
 
-Purpose = Literal["rollout", "eval", "train"]
+# what the tasks are loaded for: "validate" is the evaluation a training run makes of itself (trainer.eval_every),
+# which chooses checkpoints and recipes and so must not read the split figures are reported on
+Purpose = Literal["rollout", "eval", "train", "validate"]
 Log = Callable[[str], None]
 
 
@@ -81,7 +83,7 @@ class TaskSource(abc.ABC):
         return []
 
     def default_split(self, purpose: Purpose) -> str | None:
-        """The split used when ``env.split`` is unset."""
+        """The split used when ``env.split`` is unset (for "validate", None falls back to the "eval" split)."""
         return None
 
     @abc.abstractmethod
@@ -187,6 +189,8 @@ def load_tasks(env: EnvConfig, max_tasks: int | None = None, purpose: Purpose = 
     split or task id, and when the source cannot run."""
     source = open_source(env)
     split = env.split if env.split is not None else source.default_split(purpose)
+    if split is None and env.split is None and purpose == "validate":
+        split = source.default_split("eval")
     known_splits = source.splits()
     if split is not None and split not in known_splits:
         offered = ", ".join(known_splits) if known_splits else "none: leave env.split unset"

@@ -30,6 +30,16 @@ class Task:
     image: str | None = None
     # family / domain the task belongs to (reports group by it)
     category: str = ""
+    # the task type this task is an instance of (a builtin template, a benchmark's task kind): evaluation intervals
+    # resample task types rather than tasks, since instances of one type succeed or fail together (None: the task
+    # is a type of its own)
+    template: str | None = None
+    # whether the training split has tasks of this type: "seen" (True) or "unseen" (False); reports give the two
+    # apart (None: not known)
+    seen: bool | None = None
+    # whether the instruction shows the command that solves the task; reports give guided and other tasks apart
+    # (None: not known)
+    guided: bool | None = None
     # extra tools the harness gets for this task (over MCP, or a skill file where the harness has no MCP)
     tools: tuple[ToolSpec, ...] = ()
     # initial state of forge's builtin tool services, by service name (e.g. {"mailbox": {"inbox": [...]}})

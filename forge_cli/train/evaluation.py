@@ -1,7 +1,7 @@
 """Periodic evaluation inside ``forge train`` (``trainer.eval_every``): the eval split through the run's own session.
 
 After every ``trainer.eval_every``-th step (and after the last one), with that step's weights served, each task of
-the eval split (``trainer.eval_split``, else the env's eval split: ``test`` for builtin; at most
+the eval split (``trainer.eval_split``, else the env's validation split: ``val`` for builtin; at most
 ``trainer.eval_max_tasks``) runs ``eval.trials`` times through the same harness, sandboxes, proxy and policy server
 as training. The proxy enforces ``eval.temperature`` on these rollouts only (a per-rollout ``sampling`` at their
 registration, over the run's ``rollout.sampling``); training rollouts keep the run's.
@@ -41,10 +41,10 @@ def eval_taskset(exp: Experiment, train: TaskSet) -> TaskSet | None:
     if exp.trainer.eval_every == 0:
         return None
     env = exp.env.model_copy(update={"split": exp.trainer.eval_split, "task_ids": None, "max_tasks": None})
-    taskset = load_tasks(env, exp.trainer.eval_max_tasks, purpose="eval")
+    taskset = load_tasks(env, exp.trainer.eval_max_tasks, purpose="validate")
     if taskset.split == train.split and (exp.env.task_ids is not None or exp.env.max_tasks is not None):
         env = env.model_copy(update={"task_ids": exp.env.task_ids, "max_tasks": exp.env.max_tasks})
-        taskset = load_tasks(env, exp.trainer.eval_max_tasks, purpose="eval")
+        taskset = load_tasks(env, exp.trainer.eval_max_tasks, purpose="validate")
     return taskset
 
 

@@ -50,26 +50,39 @@ def _content(task: Task) -> tuple[object, ...]:
 
 
 # ---------------------------------------------------------------- the generated suite
+SPLIT_NAMES = ("train", "val", "test")
+
+
+def _key(task: Task) -> str:
+    return f"{task.category}-{task.metadata['template']}"
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
 def test_default_splits_sizes_and_families() -> None:
     source = _source()
-    train, test = source.load("train"), source.load("test")
-    assert (len(train), len(test)) == (96, 36)
-    assert source.splits() == ["train", "test", "all"]
-    assert [source.default_split(p) for p in ("eval", "train", "rollout")] == ["test", "train", "test"]
+    train, val, test = (source.load(split) for split in SPLIT_NAMES)
+    assert (len(train), len(val), len(test)) == (96, 44, 56)
+    assert source.splits() == ["train", "val", "test", "all"]
+    assert [source.default_split(p) for p in ("eval", "train", "rollout", "validate")] == ["test", "train", "test",
+                                                                                          "val"]
     assert FAMILIES == ("create-edit", "search-count", "json-csv", "fix-script", "multi-step", "answer")
     assert Counter(t.category for t in train) == {"create-edit": 15, "search-count": 18, "json-csv": 12,
                                                   "fix-script": 18, "multi-step": 18, "answer": 15}
-    assert Counter(t.category for t in test) == {"create-edit": 6, "search-count": 6, "json-csv": 5,
-                                                 "fix-script": 6, "multi-step": 7, "answer": 6}
-    assert [t.id for t in source.load("all")] == [t.id for t in train + test]
-    assert [t.id for t in source.load(None)] == [t.id for t in train + test]
-    assert (train[0].id, test[0].id) == ("create-edit-write-file-0", "create-edit-write-file-1")
+    assert Counter(t.category for t in test) == {"create-edit": 9, "search-count": 10, "json-csv": 8,
+                                                 "fix-script": 10, "multi-step": 10, "answer": 9}
+    assert [t.id for t in source.load("all")] == [t.id for t in train + val + test]
+    assert [t.id for t in source.load(None)] == [t.id for t in train + val + test]
+    assert (train[0].id, val[0].id, test[0].id) == ("create-edit-write-file-0", "create-edit-write-file-1",
+                                                    "create-edit-write-file-2")
 
 
 def test_ids_templates_and_metadata() -> None:
     tasks = _all()
-    assert len({t.id for t in tasks}) == len(tasks) == 132
-    assert len(templates()) == 36 and {t.difficulty for t in templates()} == {"easy", "medium", "hard"}
+    assert len({t.id for t in tasks}) == len(tasks) == 196
+    assert len(templates()) == 68 and {t.difficulty for t in templates()} == {"easy", "medium", "hard"}
     for family in FAMILIES:
         own = [t for t in templates() if t.family == family]
         assert len(own) >= 4 and {t.difficulty for t in own} >= {"easy"}, family
@@ -77,8 +90,10 @@ def test_ids_templates_and_metadata() -> None:
         meta = task.metadata
         assert task.id == f"{meta['family']}-{meta['template']}-{meta['seed']}" and task.category == meta["family"]
         assert isinstance(task.verifier, PythonVerifier) and task.verify is not None
-        assert task.verify.startswith("python: forge_cli.envs.builtin.checks:")
+        assert task.verify.startswith("python: forge_cli.envs.builtin.")
         assert meta["solution"] and task.instruction
+        assert task.template == _key(task) and task.guided is not None
+        assert task.seen == (meta["held_out"] is None)
 
 
 def test_generation_is_deterministic_and_seeded() -> None:
@@ -87,29 +102,57 @@ def test_generation_is_deterministic_and_seeded() -> None:
                  t.metadata["solution"]) for t in tasks]
 
     assert dump(_all()) == dump(_all())
-    other = generate(BuiltinOptions(seed=100))
-    assert {t.id for t in other["test"]}.isdisjoint({t.id for t in _source().load("test")})
-    assert other["test"][0].id == "create-edit-write-file-101"
-    more = generate(BuiltinOptions(train_per_template=5, test_per_template=2))
-    assert (len(more["train"]), len(more["test"])) == (160, 72)
-    assert [t.id for t in more["train"][:3]] == ["create-edit-write-file-0", "create-edit-write-file-2",
-                                                 "create-edit-write-file-4"]
+    other = generate(BuiltinOptions(seed=1000))
+    assert {t.id for t in other["test"]}.isdisjoint({t.id for t in _source().load("all")})
+    assert other["test"][0].id == "create-edit-write-file-1002"
+    more = generate(BuiltinOptions(train_per_template=5, val_per_template=2, test_per_template=2))
+    assert (len(more["train"]), len(more["val"]), len(more["test"])) == (160, 88, 112)
+    assert [t.id for t in more["train"][:3]] == ["create-edit-write-file-0", "create-edit-write-file-3",
+                                                 "create-edit-write-file-6"]
 
 
-def test_no_template_instance_in_both_splits() -> None:
-    for options in (BuiltinOptions(), BuiltinOptions(train_per_template=8, test_per_template=4, seed=7)):
-        tasks = generate(options)
-        train, test = tasks["train"], tasks["test"]
-        assert {t.id for t in train}.isdisjoint({t.id for t in test})
-        assert {_content(t) for t in train}.isdisjoint({_content(t) for t in test})
-        assert len({_content(t) for t in train + test}) == len(train) + len(test)
-        assert all(t.metadata["seed"] % 2 == options.seed % 2 for t in train)
-        assert all(t.metadata["seed"] % 2 != options.seed % 2 for t in test)
-        held_out = {t.key for t in templates() if t.held_out}
-        assert held_out == {"create-edit-delete-lines", "json-csv-json-write", "multi-step-make-files",
-                            "answer-two-files"}
-        assert not any(f"{t.category}-{t.metadata['template']}" in held_out for t in train)
-        assert {f"{t.category}-{t.metadata['template']}" for t in test} == {t.key for t in templates()}
+@pytest.mark.parametrize("options", [BuiltinOptions(), BuiltinOptions(seed=1000), BuiltinOptions(seed=2000),
+                                     BuiltinOptions(train_per_template=6, val_per_template=2, test_per_template=2,
+                                                    seed=7)])
+def test_held_out_design(options: BuiltinOptions) -> None:
+    """The issue-31 design: no instruction in two splits, unseen templates have no train instance, val's and
+    test's unseen templates are disjoint, at least 20 unseen test templates across all families (guided and not),
+    every template drawn as often as asked."""
+    tasks = generate(options)
+    instructions = {split: [_norm(t.instruction) for t in tasks[split]] for split in SPLIT_NAMES}
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        shared = set(instructions[a]) & set(instructions[b])
+        assert not shared, f"{a} and {b} share instructions: {sorted(shared)[:3]}"
+    for split in SPLIT_NAMES:  # nor twice within one split
+        assert len(set(instructions[split])) == len(instructions[split]), split
+    unseen = {split: {t.key for t in templates() if t.held_out == split} for split in ("val", "test")}
+    trained = {_key(t) for t in tasks["train"]}
+    assert trained == {t.key for t in templates() if t.held_out is None}
+    assert trained.isdisjoint(unseen["val"] | unseen["test"]) and unseen["val"].isdisjoint(unseen["test"])
+    for split in ("val", "test"):
+        keys = {_key(t) for t in tasks[split]}
+        assert keys == trained | unseen[split], split
+        assert all(t.seen is (_key(t) in trained) for t in tasks[split])
+    test_unseen = [t for t in templates() if t.held_out == "test"]
+    assert len(test_unseen) >= 20 and {t.family for t in test_unseen} == set(FAMILIES)
+    assert sum(not t.guided for t in test_unseen) >= 18 and any(t.guided for t in test_unseen)
+    assert {t.family for t in templates() if t.held_out == "val"} == set(FAMILIES)
+    counts = Counter((split, _key(t)) for split in SPLIT_NAMES for t in tasks[split])
+    for t in templates():
+        for split in SPLIT_NAMES:
+            want = options.per_template(split) if t.held_out in (None, split) and not (
+                split == "train" and t.held_out) else 0
+            assert counts[(split, t.key)] == want, (t.key, split)
+    offsets = {"train": 0, "val": 1, "test": 2}
+    for split in SPLIT_NAMES:
+        assert all(t.metadata["seed"] % 3 == (options.seed + offsets[split]) % 3 for t in tasks[split])
+
+
+def test_guided_means_the_instruction_shows_the_solution() -> None:
+    """A guided template's reference solution stands in its instruction word for word; no other template's does."""
+    for task in _all():
+        shown = task.metadata["solution"] in task.instruction
+        assert shown == task.guided, (task.id, task.guided)
 
 
 def _values(value: Any) -> list[str]:
@@ -133,13 +176,14 @@ def test_answers_stay_hidden() -> None:
 
 
 def test_options_are_validated() -> None:
-    assert _source(seed=3, test_per_template=2).load("test")[0].id == "create-edit-write-file-4"
+    assert _source(seed=3, test_per_template=2).load("test")[0].id == "create-edit-write-file-5"
     with pytest.raises(ValueError, match=r"env\.options for source 'builtin': tests_per_template: Extra inputs"):
         _source(tests_per_template=2)
     with pytest.raises(UserError, match="unknown split 'dev'"):
         load_tasks(_env("env.split=dev"))
     taskset = load_tasks(_env(), purpose="train")
     assert (taskset.split, len(taskset.tasks)) == ("train", 96)
+    assert load_tasks(_env(), purpose="validate").split == "val"
 
 
 # ---------------------------------------------------------------- every task in a real sandbox
@@ -189,15 +233,15 @@ PARTIAL_CASES = [  # (template key, seed, what the agent did, reward)
     ("create-edit-append-line", 1, "echo '- feather glacier' > plan.txt", 0.0),
     ("create-edit-append-line", 1, "sed -i 1d plan.txt; echo '- feather glacier' >> plan.txt", 0.3333),
     ("create-edit-replace-value", 1, "sed -i 's/marble/cactus/; /port/d' settings.ini", 0.4),
-    ("search-count-count-lines", 1, "wc -l words.txt > count.txt", 0.5),
-    ("search-count-extract-lines", 1, "grep WARN app.log | head -n 1 > warn.txt", 0.25),
-    ("json-csv-csv-column", 1, "cut -d, -f3 people.csv > city.txt", 0.4706),
-    ("json-csv-json-write", 1, "echo '{\"name\": \"Nadia\", \"age\": \"62\"}' > member.json", 0.25),
+    ("search-count-count-lines", 1, "wc -l plan.txt > total.txt", 0.5),
+    ("search-count-extract-lines", 1, "grep INFO app.log | head -n 1 > info.txt", 0.25),
+    ("json-csv-csv-column", 1, "cut -d, -f3 staff.csv > city.txt", 0.4706),
+    ("json-csv-json-write", 2, "echo '{\"name\": \"Bruno\", \"age\": \"45\"}' > user.json", 0.25),
     ("fix-script-fix-operator", 1, "printf 'print(45)\\n' > calc.py", 0.3333),
     ("multi-step-backup-copy", 1, "mkdir copies && mv log.txt copies/", 0.0),
     ("multi-step-backup-copy", 1, "mkdir copies && touch copies/log.txt", 0.5),
-    ("multi-step-sort-and-count", 1, "sort names.txt > sorted.txt", 0.5),
-    ("multi-step-make-files", 1, "mkdir pieces && echo silver > pieces/silver.txt", 0.3333),
+    ("multi-step-sort-and-count", 1, "sort guests.txt > order.txt", 0.5),
+    ("multi-step-make-files", 2, "mkdir pieces && echo ocean > pieces/ocean.txt", 0.3333),
     ("answer-lookup", 1, "grep Liam phonebook.txt > answer.txt", 0.5),
 ]
 
@@ -291,7 +335,7 @@ def test_script_exports_a_task_file_that_env_path_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "builtin-tasks.py"), "--seed", "10",
                            "--test-per-template", "2", "--split", "test", "--export", str(out)],
                           capture_output=True, text=True, check=True)
-    assert done.stdout == f"wrote 72 tasks to {out} (run them with env.path={out})\n"
+    assert done.stdout == f"wrote 112 tasks to {out} (run them with env.path={out})\n"
     taskset = load_tasks(_env(f"env.path={out}"), purpose="eval")
     assert taskset.split == "test" and [t.id for t in taskset.tasks] == [
         t.id for t in generate(BuiltinOptions(seed=10, test_per_template=2))["test"]]

@@ -3,9 +3,12 @@
 Six skill families (``Task.category``): ``create-edit``, ``search-count``, ``json-csv``, ``fix-script``,
 ``multi-step`` and ``answer``, one module each; every template of a family turns a seed into a task with a
 programmatic verifier (``checks.py``, partial credit where it fits) and a reference solution
-(``metadata["solution"]``, a bash script that scores 1.0; doing nothing scores 0.0). Splits ``train`` and
-``test`` (and ``all``): see ``suite.py`` for how seeds are drawn and which templates are held out of ``train``.
-``env.options`` (:class:`BuiltinOptions`): ``train_per_template`` (3), ``test_per_template`` (1), ``seed`` (0).
+(``metadata["solution"]``, a bash script that scores 1.0; doing nothing scores 0.0). Splits ``train``, ``val``
+and ``test`` (and ``all``): see ``suite.py`` for the held-out design (seen and unseen templates, no instruction in
+two splits) and how seeds are drawn. ``forge eval`` and ``forge rollout`` default to ``test``, ``forge train`` to
+``train`` and its own periodic evaluation (``trainer.eval_every``) to ``val``. ``env.options``
+(:class:`BuiltinOptions`): ``train_per_template`` (3), ``val_per_template`` (1), ``test_per_template`` (1),
+``seed`` (0).
 ``scripts/builtin-tasks.py`` prints or exports the generated tasks.
 
 With ``env.path`` set the source reads that flat YAML task file instead (``taskfile.py``); its splits are the
@@ -24,7 +27,7 @@ from forge_cli.envs.builtin.taskfile import TaskFile, read_task_file
 from forge_cli.envs.source import Purpose, TaskSource
 from forge_cli.envs.task import Task
 
-DEFAULT_SPLITS: dict[str, str] = {"eval": "test", "train": "train", "rollout": "test"}
+DEFAULT_SPLITS: dict[str, str] = {"eval": "test", "train": "train", "rollout": "test", "validate": "val"}
 
 
 class BuiltinSource(TaskSource, name="builtin"):

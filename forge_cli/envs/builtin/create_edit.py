@@ -1,4 +1,8 @@
-"""Family ``create-edit``: create a file with given content, append to one, change a value, delete lines."""
+"""Family ``create-edit``: create a file with given content, append to one, change a value, delete lines.
+
+Unseen templates: ``delete-lines``, ``prepend-line``, ``replace-word`` and ``uppercase-guided`` (test);
+``insert-after`` and ``overwrite-guided`` (val).
+"""
 
 from __future__ import annotations
 
@@ -53,22 +57,92 @@ def replace_value(rng: random.Random) -> Instance:
         solution=f"sed -i 's/^{key} = {old}$/{key} = {new}/' settings.ini")
 
 
-@template(FAMILY, "medium", held_out=True)
+@template(FAMILY, "medium", held_out="test")
 def delete_lines(rng: random.Random) -> Instance:
     """A filter in place (``sed -i '/DONE/d'``): drop the marked lines, keep the rest in order."""
+    marker = rng.choice(["DONE", "SKIP", "OLD"])
+    name = rng.choice(["tasks.txt", "todo.txt", "items.txt", "chores.txt", "backlog.txt"])
     tasks = [f"{rng.choice(['call', 'buy', 'fix', 'send', 'read'])} {word}" for word in words(rng, 7)]
     done = set(rng.sample(range(7), rng.randint(2, 3)))
-    original = [f"{'DONE' if i in done else 'TODO'} {item}" for i, item in enumerate(tasks)]
+    original = [f"{marker if i in done else 'TODO'} {item}" for i, item in enumerate(tasks)]
     return Instance(
-        instruction="Remove every line that contains the word `DONE` from tasks.txt; keep the other lines in "
+        instruction=f"Remove every line that contains the word `{marker}` from {name}; keep the other lines in "
                     "their order.",
-        files={"tasks.txt": text(original)},
-        check=checks.edit, args={"path": "tasks.txt", "original": original,
-                                 "expected": [line for line in original if "DONE" not in line]},
-        solution="sed -i '/DONE/d' tasks.txt")
+        files={name: text(original)},
+        check=checks.edit, args={"path": name, "original": original,
+                                 "expected": [line for line in original if marker not in line.split()]},
+        solution=f"sed -i '/{marker}/d' {name}")
 
 
-@template(FAMILY, "easy")
+@template(FAMILY, "easy", held_out="test")
+def prepend_line(rng: random.Random) -> Instance:
+    """A new first line (``sed -i '1i ...'`` or a rewrite); the existing lines stay below it."""
+    name, title = f"{rng.choice(STEMS)}.md", f"# {phrase(rng)}"
+    original = [f"- {word}" for word in words(rng, rng.randint(3, 5))]
+    return Instance(
+        instruction=f"Add the line `{title}` at the very top of {name}, above its existing lines (which stay as "
+                    "they are).",
+        files={name: text(original)},
+        check=checks.edit, args={"path": name, "original": original, "expected": [title, *original]},
+        solution=f"sed -i '1i {title}' {name}")
+
+
+@template(FAMILY, "medium", held_out="test")
+def replace_word(rng: random.Random) -> Instance:
+    """Every occurrence of one word replaced by another (``sed -i 's/a/b/g'``), on several lines."""
+    name = f"{rng.choice(STEMS)}.txt"
+    old, new, *others = words(rng, 8)
+    original = [f"{others[i]} {old} {others[i + 1]}" if i % 2 == 0 else f"{old} and {others[i]} {old}"
+                for i in range(rng.randint(3, 5))]
+    original.insert(rng.randrange(len(original) + 1), f"{others[-1]} stays")
+    return Instance(
+        instruction=f"In {name}, replace every occurrence of the word `{old}` with `{new}`; change nothing else.",
+        files={name: text(original)},
+        check=checks.edit, args={"path": name, "original": original,
+                                 "expected": [line.replace(old, new) for line in original]},
+        solution=f"sed -i 's/{old}/{new}/g' {name}")
+
+
+@template(FAMILY, "easy", guided=True, held_out="test")
+def uppercase_guided(rng: random.Random) -> Instance:
+    """Guided: a file's text in capitals into a new file, with the shown ``tr``."""
+    stem = rng.choice(STEMS)
+    original = [" ".join(words(rng, 3)) for _ in range(rng.randint(2, 4))]
+    command = f"tr a-z A-Z < {stem}.txt > {stem}-upper.txt"
+    return Instance(instruction=guided(f"Write {stem}.txt in capital letters into {stem}-upper.txt.", command),
+                    files={f"{stem}.txt": text(original)}, check=checks.files,
+                    args={"goals": {f"{stem}-upper.txt": text(line.upper() for line in original)},
+                          "keep": {f"{stem}.txt": text(original)}},
+                    solution=command)
+
+
+@template(FAMILY, "medium", held_out="val")
+def insert_after(rng: random.Random) -> Instance:
+    """A line inserted after a named one (``sed -i '/^x$/a y'``); the other lines keep their order."""
+    name = f"{rng.choice(STEMS)}.txt"
+    original = [f"step {word}" for word in words(rng, rng.randint(4, 6))]
+    anchor, new = rng.choice(original[:-1]), f"step {phrase(rng, 1)}"
+    expected = [line for item in original for line in ([item, new] if item == anchor else [item])]
+    return Instance(
+        instruction=f"In {name}, insert the line `{new}` right after the line `{anchor}`; keep every other line "
+                    "where it is.",
+        files={name: text(original)},
+        check=checks.edit, args={"path": name, "original": original, "expected": expected},
+        solution=f"sed -i '/^{anchor}$/a {new}' {name}")
+
+
+@template(FAMILY, "easy", guided=True, held_out="val")
+def overwrite_guided(rng: random.Random) -> Instance:
+    """Guided: a file's whole content replaced by one line, with the shown ``echo >``."""
+    name, said = f"{rng.choice(STEMS)}.txt", phrase(rng)
+    original = [" ".join(words(rng, 2)) for _ in range(3)]
+    command = f"echo {sh(said)} > {name}"
+    return Instance(instruction=guided(f"Replace everything in {name} with the single line `{said}`.", command),
+                    files={name: text(original)}, check=checks.edit,
+                    args={"path": name, "original": original, "expected": [said]}, solution=command)
+
+
+@template(FAMILY, "easy", guided=True)
 def touch_guided(rng: random.Random) -> Instance:
     """Guided: create a file with the given text; the command is shown."""
     name, said = f"{rng.choice(STEMS)}.txt", phrase(rng)
@@ -77,7 +151,7 @@ def touch_guided(rng: random.Random) -> Instance:
                     check=checks.files, args={"goals": {name: said + "\n"}}, solution=command)
 
 
-@template(FAMILY, "easy")
+@template(FAMILY, "easy", guided=True)
 def append_guided(rng: random.Random) -> Instance:
     """Guided: one word added as the last line of a list; the command (``>>``) is shown."""
     name, pool = f"{rng.choice(STEMS)}.txt", words(rng, rng.randint(3, 6))

@@ -1,11 +1,19 @@
-"""The generated suite: every registered template instantiated into a ``train`` and a ``test`` split.
+"""The generated suite: every registered template instantiated into ``train``, ``val`` and ``test``.
 
-Seeds: with base seed ``s``, ``train`` draws the seeds s, s+2, s+4, ... of each template and ``test`` the seeds
-s+1, s+3, ...; an instance whose content (instruction, files, setup) equals one already drawn for either split
-is skipped and the next seed of that split is drawn, so no template instance is in both splits (nor twice in
-one). Templates marked ``held_out`` are instantiated for ``test`` only: ``test`` also measures templates the
-policy never trained on. Compare splits only under the same base seed (the train seeds of ``seed=1`` are the
-test seeds of ``seed=0``).
+The held-out design (fixed before any figure was read; ``tests/envs/test_builtin_suite.py`` pins it):
+
+- A *seen* template (``held_out`` None) has ``train_per_template`` instances in ``train`` and, as new instances,
+  ``val_per_template`` in ``val`` and ``test_per_template`` in ``test``.
+- An *unseen* template has instances in one split only: ``held_out="val"`` in ``val``, ``held_out="test"`` in
+  ``test``. The two sets of unseen templates are disjoint, so ``val`` (for choosing recipes and templates) never
+  sees a task type that ``test`` (read once per reported figure) is scored on as unseen.
+- No two tasks of one generation share an instruction (compared after collapsing whitespace), across all three
+  splits: a test prompt is never a train prompt, whatever the files behind it.
+
+Seeds: with base seed ``s``, ``train`` draws the seeds s, s+3, s+6, ... of each template, ``val`` s+1, s+4, ...
+and ``test`` s+2, s+5, ...; ``train`` is drawn first, then ``val``, then ``test``, and an instance whose instruction
+was already drawn is skipped for that template's next seed. Another base seed draws other instances (a repeat of
+the learning benchmark passes its own ``env.options.seed``); bases less than ~100 apart share seeds.
 """
 
 from __future__ import annotations
@@ -21,8 +29,8 @@ from forge_cli.envs.task import Task
 
 FAMILIES: tuple[str, ...] = tuple(module.FAMILY for module in (create_edit, search_count, json_csv, fix_script,
                                                                 multi_step, answer))
-SPLITS: tuple[str, ...] = ("train", "test")
-# draws per wanted instance before a template gives up on finding new content (a tiny parameter space)
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+# draws per wanted instance before a template gives up on finding a new instruction (a tiny parameter space)
 _DRAWS_PER_INSTANCE = 20
 
 
@@ -31,12 +39,17 @@ class BuiltinOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # instances of each template in `train` (held-out templates have none there)
+    # instances of each seen template in `train` (unseen templates have none there)
     train_per_template: int = Field(default=3, ge=0)
-    # instances of each template in `test`
+    # instances of each seen template, and of each template held out for `val`, in `val`
+    val_per_template: int = Field(default=1, ge=0)
+    # instances of each seen template, and of each template held out for `test`, in `test`
     test_per_template: int = Field(default=1, ge=0)
     # base seed: another value gives other instances of the same templates
     seed: int = 0
+
+    def per_template(self, split: str) -> int:
+        return {"train": self.train_per_template, "val": self.val_per_template, "test": self.test_per_template}[split]
 
 
 def templates() -> list[Template]:
@@ -44,18 +57,25 @@ def templates() -> list[Template]:
     return sorted(TEMPLATES.values(), key=lambda t: FAMILIES.index(t.family))
 
 
-def _fingerprint(task: Task) -> tuple[object, ...]:
-    return (task.instruction, tuple(sorted((k, str(v)) for k, v in task.files.items())), tuple(task.setup))
+def in_split(template: Template, split: str) -> bool:
+    """Whether ``split`` has instances of ``template``: every split for a seen one, its own for an unseen one."""
+    return template.held_out is None or template.held_out == split
 
 
-def _draw(template: Template, split: str, count: int, base: int, seen: set[tuple[object, ...]]) -> Iterator[Task]:
+def normalized(instruction: str) -> str:
+    """The instruction with runs of whitespace collapsed: what "the same instruction" is compared on."""
+    return " ".join(instruction.split())
+
+
+def _draw(template: Template, split: str, count: int, options: BuiltinOptions, seen: set[str]) -> Iterator[Task]:
     offset = SPLITS.index(split)
+    trained = template.held_out is None and options.train_per_template > 0
     drawn = 0
     for k in range(count * _DRAWS_PER_INSTANCE):
         if drawn == count:
             return
-        task = template.task(base + offset + 2 * k, split)
-        if (key := _fingerprint(task)) not in seen:
+        task = template.task(options.seed + offset + len(SPLITS) * k, split, seen=trained)
+        if (key := normalized(task.instruction)) not in seen:
             seen.add(key)
             drawn += 1
             yield task
@@ -63,18 +83,18 @@ def _draw(template: Template, split: str, count: int, base: int, seen: set[tuple
 
 def generate(options: BuiltinOptions) -> dict[str, list[Task]]:
     """The tasks of each split under ``options`` (deterministic)."""
-    seen: set[tuple[object, ...]] = set()
+    seen: set[str] = set()
     out: dict[str, list[Task]] = {split: [] for split in SPLITS}
-    for split, per_template in (("train", options.train_per_template), ("test", options.test_per_template)):
+    for split in SPLITS:
         for template in templates():
-            if not (split == "train" and template.held_out):
-                out[split].extend(_draw(template, split, per_template, options.seed, seen))
+            if in_split(template, split):
+                out[split].extend(_draw(template, split, options.per_template(split), options, seen))
     return out
 
 
 def load(split: str | None, options: BuiltinOptions) -> list[Task]:
-    """The tasks of ``split`` (``train``, ``test``; ``all`` or None: both, train first)."""
+    """The tasks of ``split`` (``train``, ``val``, ``test``; ``all`` or None: all three, in that order)."""
     tasks = generate(options)
     if split is None or split == "all":
-        return tasks["train"] + tasks["test"]
+        return [task for name in SPLITS for task in tasks[name]]
     return tasks[split]

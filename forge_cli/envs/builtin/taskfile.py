@@ -3,8 +3,10 @@
 Each entry is a mapping with ``id`` and ``instruction`` (required) and optionally ``files`` (relative path ->
 text), ``setup`` (a command or a list of them), ``verify`` (a shell command: exit 0 = 1.0) or ``verifier`` (a
 mapping with a ``kind``, see ``forge_cli/envs/verifier.py``), ``hidden_files``, ``tools``, ``tool_state``,
-``category``, ``split``, ``image``, ``timeout_s``, ``verifier_timeout_s`` and ``metadata``. Any other key is an
-error (typos surface). Example: ``forge_cli/envs/examples/tasks.yaml``.
+``category``, ``template`` (the task's type: evaluation intervals resample types), ``seen`` (true when the training
+split has tasks of that type, false when it has none), ``guided`` (true when the instruction shows the command that
+solves it), ``split``, ``image``, ``timeout_s``, ``verifier_timeout_s`` and ``metadata``. Any other key is an error
+(typos surface). Example: ``forge_cli/envs/examples/tasks.yaml``.
 
 Splits: the names the entries give in ``split``, plus ``all``; a file where no entry has one has no splits. An
 entry without ``split`` in a file that has splits is only in ``all``.
@@ -29,7 +31,7 @@ from forge_cli.errors import UserError
 from forge_cli.tools.spec import parse_tools
 
 FIELDS = ("id", "instruction", "files", "setup", "verify", "verifier", "hidden_files", "tools", "tool_state",
-          "category", "split", "image", "timeout_s", "verifier_timeout_s", "metadata")
+          "category", "template", "seen", "guided", "split", "image", "timeout_s", "verifier_timeout_s", "metadata")
 FIX = "see forge_cli/envs/builtin/taskfile.py for the format, forge_cli/envs/examples/tasks.yaml for an example"
 
 
@@ -105,6 +107,8 @@ def _task(entry: _Entry) -> tuple[Task, str | None]:
         verifier=parse_verifier(entry.value.get(key), where),
         hidden_files=_texts(entry, "hidden_files"), image=entry.get("image", str, "an image name"),
         category=entry.get("category", str, "a string", ""),
+        template=entry.get("template", str, "a string"), seen=entry.get("seen", bool, "true or false"),
+        guided=entry.get("guided", bool, "true or false"),
         tools=parse_tools(entry.value.get("tools"), f"{entry.where('tools')}: task {task_id}"),
         tool_state=dict(entry.get("tool_state", Mapping, "a mapping", {})),
         timeout_s=limits["timeout_s"], verifier_timeout_s=limits["verifier_timeout_s"],
@@ -167,7 +171,8 @@ def task_entry(task: Task, split: str | None = None) -> dict[str, Any]:
         "id": task.id, "instruction": task.instruction, "files": dict(task.files), "setup": list(task.setup),
         "verifier": _verifier_entry(task.verifier) if task.verifier is not None else None,
         "hidden_files": dict(task.hidden_files), "tools": [tool.model_dump(mode="json") for tool in task.tools],
-        "tool_state": dict(task.tool_state), "category": task.category, "split": split, "image": task.image,
+        "tool_state": dict(task.tool_state), "category": task.category, "template": task.template,
+        "seen": task.seen, "guided": task.guided, "split": split, "image": task.image,
         "timeout_s": task.timeout_s, "verifier_timeout_s": task.verifier_timeout_s, "metadata": dict(task.metadata)}
     return {key: value for key, value in entry.items() if value not in (None, "", [], {})}
 

@@ -1,7 +1,11 @@
 """The template machinery of the builtin suite: a template turns a seeded RNG into one task instance.
 
 A family module defines its templates as functions ``make(rng) -> Instance`` decorated with
-``@template(family, difficulty)``; registration happens on import, in definition order. An instance carries
+``@template(family, difficulty, guided=..., held_out=...)``; registration happens on import, in definition order.
+``guided``: the instruction shows the command that solves the task (its reference solution appears in it word for
+word; a test checks both ways). ``held_out``: ``"val"`` or ``"test"`` for an *unseen* template, instantiated in
+that split only (never in ``train``, never in the other held-out split); None for a *seen* one, instantiated in
+every split (``suite.py``). An instance carries
 what the harness sees (instruction, files, setup), how it is checked (an async function of
 ``forge_cli.envs.builtin.checks`` or of the family module, with its expected values as keyword ``args``) and a
 reference solution (a bash script run in the workdir) that scores exactly 1.0. The expected values live only
@@ -23,6 +27,8 @@ from forge_cli.envs.task import Task
 from forge_cli.envs.verifiers import PythonVerifier
 
 Difficulty = Literal["easy", "medium", "hard"]
+# the one split an unseen template is instantiated in
+HeldOut = Literal["val", "test"]
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,10 @@ class Template:
     family: str
     name: str
     difficulty: Difficulty
-    # held out of ``train`` (its instances appear only in ``test``)
-    held_out: bool
+    # the instruction shows the command that solves the task
+    guided: bool
+    # an unseen template's one split (None: a seen template, instantiated in every split)
+    held_out: HeldOut | None
     make: Make
 
     @property
@@ -64,14 +72,15 @@ class Template:
         """The instance of ``seed`` (deterministic)."""
         return self.make(random.Random(f"{self.key}:{seed}"))
 
-    def task(self, seed: int, split: str) -> Task:
-        """The task of ``seed``: id ``<family>-<template>-<seed>``, reference solution in ``metadata["solution"]``."""
+    def task(self, seed: int, split: str, seen: bool) -> Task:
+        """The task of ``seed``: id ``<family>-<template>-<seed>``, reference solution in ``metadata["solution"]``;
+        ``seen``: whether the training split has instances of this template."""
         inst = self.instance(seed)
         fn = inst.check
         return Task(
             id=f"{self.key}-{seed}", instruction=inst.instruction, files=dict(inst.files), setup=list(inst.setup),
             verifier=PythonVerifier(f"{fn.__module__}:{fn.__name__}", args=inst.args),
-            category=self.family,
+            category=self.family, template=self.key, seen=seen, guided=self.guided,
             metadata={"family": self.family, "template": self.name, "seed": seed, "split": split,
                       "difficulty": self.difficulty, "held_out": self.held_out, "solution": inst.solution,
                       "secrets": list(inst.secrets)})
@@ -80,12 +89,13 @@ class Template:
 TEMPLATES: dict[str, Template] = {}
 
 
-def template(family: str, difficulty: Difficulty, held_out: bool = False) -> Callable[[Make], Make]:
+def template(family: str, difficulty: Difficulty, *, guided: bool = False,
+             held_out: HeldOut | None = None) -> Callable[[Make], Make]:
     """Register the decorated ``make(rng) -> Instance`` as template ``<family>-<function name with dashes>``."""
 
     def register(make: Make) -> Make:
         entry = Template(family=family, name=make.__name__.replace("_", "-"), difficulty=difficulty,
-                         held_out=held_out, make=make)
+                         guided=guided, held_out=held_out, make=make)
         if entry.key in TEMPLATES:
             raise ValueError(f"builtin template {entry.key} is defined twice")
         TEMPLATES[entry.key] = entry

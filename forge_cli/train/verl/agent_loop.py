@@ -93,7 +93,7 @@ def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
     tasks = {t.id: t for t in taskset.tasks}
     eval_env = exp.env.model_copy(update={"split": exp.trainer.eval_split, "task_ids": None, "max_tasks": None})
     try:
-        tasks.update({t.id: t for t in load_tasks(eval_env, exp.trainer.eval_max_tasks, purpose="eval").tasks})
+        tasks.update({t.id: t for t in load_tasks(eval_env, exp.trainer.eval_max_tasks, purpose="validate").tasks})
     except Exception:
         log.info("no eval split: validation rows are train tasks")
     session = RolloutSession(exp, data, taskset, lambda line: log.info("%s", line))

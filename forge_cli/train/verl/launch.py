@@ -78,7 +78,7 @@ def _tasks(exp: Experiment) -> tuple[list[Task], list[Task], bool]:
     train = load_tasks(exp.env, exp.rollout.max_tasks, purpose="train")
     env = exp.env.model_copy(update={"split": exp.trainer.eval_split, "task_ids": None, "max_tasks": None})
     try:
-        val = load_tasks(env, exp.trainer.eval_max_tasks, purpose="eval")
+        val = load_tasks(env, exp.trainer.eval_max_tasks, purpose="validate")
     except UserError:
         if exp.trainer.eval_every:
             raise
