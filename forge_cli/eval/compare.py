@@ -9,8 +9,10 @@ from each task's counts in ``eval.json`` (``n``, ``passes``, ``mean_score``) wit
 :mod:`forge_cli.eval.metrics`; a value is None where a run has no counted trial for the task (or n < K).
 
 - Tasks in both runs are compared; tasks only in A or only in B are listed (``only_a`` / ``only_b``).
-- Overall and per category (B's category, else A's): over the common tasks where both runs have the metric,
-  A's mean, B's mean and ``delta = B - A`` with a 95% paired-bootstrap interval over those tasks (fixed seed).
+- Overall, per held-out group (``exposure``: seen / unseen, guided or not, where the tasks say) and per category
+  (B's category, else A's): over the common tasks where both runs have the metric, A's mean, B's mean and
+  ``delta = B - A`` with a 95% paired-bootstrap interval (fixed seed) that resamples task types: the tasks of one
+  template are drawn together (a task without one is a type of its own).
 
 ``render_comparison(cmp, console)`` prints the aggregates and the tasks whose metrics changed (rich on a
 terminal, plain text otherwise, as :func:`forge_cli.eval.report.print_table`).
@@ -20,14 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from forge_cli.errors import UserError
-from forge_cli.eval.metrics import bootstrap_mean_ci, fmt, pass_at_k, pass_hat_k
+from forge_cli.eval.metrics import EXPOSURE_GROUPS, bootstrap_mean_ci, exposure_groups, fmt, pass_at_k, pass_hat_k
 from forge_cli.eval.report import JSON_NAME, print_table
 
 FIX = "pass two run directories of `forge eval` (each holds the eval.json it wrote), e.g. runs/<run-id>"
@@ -50,6 +52,13 @@ class TaskDiff:
     task_id: str
     category: str
     metrics: dict[str, MetricDiff]
+    template: str | None = None
+    seen: bool | None = None
+    guided: bool | None = None
+
+    @property
+    def cluster(self) -> str:
+        return self.template or f"task:{self.task_id}"
 
 
 @dataclass
@@ -81,6 +90,7 @@ class Comparison:
     tasks: list[TaskDiff]  # common tasks, by id
     only_a: list[str]
     only_b: list[str]
+    exposure: dict[str, GroupDiff] = field(default_factory=dict)  # EXPOSURE_GROUPS with common tasks
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,15 +137,15 @@ def _diff(a: float | None, b: float | None) -> MetricDiff:
 def _group(name: str, tasks: Sequence[TaskDiff], names: Sequence[str]) -> GroupDiff:
     metrics = {}
     for m in names:
-        pairs = [(d.a, d.b) for d in (t.metrics[m] for t in tasks) if d.a is not None and d.b is not None]
+        pairs = [(d.a, d.b, t.cluster) for t in tasks if (d := t.metrics[m]).a is not None and d.b is not None]
         if not pairs:
             metrics[m] = MetricDiff(None, None, None)
             continue
         n = len(pairs)
-        deltas = [b - a for a, b in pairs]
-        low, high = bootstrap_mean_ci(deltas)
-        metrics[m] = MetricDiff(sum(a for a, _ in pairs) / n, sum(b for _, b in pairs) / n, sum(deltas) / n,
-                                low, high, n)
+        deltas = [b - a for a, b, _ in pairs]
+        low, high = bootstrap_mean_ci(deltas, clusters=[c for _, _, c in pairs])
+        metrics[m] = MetricDiff(sum(a for a, _, _ in pairs) / n, sum(b for _, b, _ in pairs) / n,
+                                sum(deltas) / n, low, high, n)
     return GroupDiff(name=name, tasks=len(tasks), metrics=metrics)
 
 
@@ -147,17 +157,25 @@ def compare(run_a: Path, run_b: Path) -> Comparison:
     fns = _metric_fns(k)
     rows_a = {str(r["task_id"]): r for r in data_a["tasks"]}
     rows_b = {str(r["task_id"]): r for r in data_b["tasks"]}
+    def kind(tid: str, key: str) -> Any:
+        return rows_b[tid].get(key) if rows_b[tid].get(key) is not None else rows_a[tid].get(key)
+
     tasks = [TaskDiff(task_id=tid, category=str(rows_b[tid].get("category") or rows_a[tid].get("category") or ""),
-                      metrics={m: _diff(fn(rows_a[tid]), fn(rows_b[tid])) for m, fn in fns.items()})
+                      metrics={m: _diff(fn(rows_a[tid]), fn(rows_b[tid])) for m, fn in fns.items()},
+                      template=kind(tid, "template"), seen=kind(tid, "seen"), guided=kind(tid, "guided"))
              for tid in sorted(rows_a.keys() & rows_b.keys())]
     by_category: dict[str, list[TaskDiff]] = {}
+    by_exposure: dict[str, list[TaskDiff]] = {}
     for t in tasks:
         by_category.setdefault(t.category, []).append(t)
+        for group in exposure_groups(t.seen, t.guided):
+            by_exposure.setdefault(group, []).append(t)
     names = list(fns)
     return Comparison(
         a=info_a, b=info_b, k=k, metric_names=names, overall=_group("overall", tasks, names),
         categories={c: _group(c, by_category[c], names) for c in sorted(by_category)}, tasks=tasks,
         only_a=sorted(rows_a.keys() - rows_b.keys()), only_b=sorted(rows_b.keys() - rows_a.keys()),
+        exposure={g: _group(g, by_exposure[g], names) for g in EXPOSURE_GROUPS if g in by_exposure},
     )
 
 
@@ -183,9 +201,9 @@ def render_comparison(cmp: Comparison, console: Console) -> None:
     names = cmp.metric_names
     headers = ["group", "tasks", *(h for m in names for h in (f"{m} A -> B", f"delta {m}"))]
     rows = [[g.name, str(g.tasks), *(c for m in names for c in (_arrow(g.metrics[m]), _delta_ci(g.metrics[m])))]
-            for g in [cmp.overall, *cmp.categories.values()]]
+            for g in [cmp.overall, *cmp.exposure.values(), *cmp.categories.values()]]
     print_table(console, f"B minus A over {cmp.overall.tasks} common task(s)", headers, rows,
-                "95% paired-bootstrap intervals over the common tasks")
+                "95% paired-bootstrap intervals over the common tasks' types (a template's tasks drawn together)")
     changed = [t for t in cmp.tasks if any(d.delta is not None and abs(d.delta) > 1e-9 for d in t.metrics.values())]
     if changed:
         headers = ["task", "category", *(h for m in names for h in (f"{m} A -> B", f"delta {m}"))]

@@ -6,8 +6,10 @@ anywhere, so it opens the same from a laptop, a CI artifact or a mail attachment
 - the run (id, harness, env / split, model, K, temperature, start, duration, run directory);
 - a bar chart (``<svg class="chart">``): one group of bars per category (overall first) for pass@1, pass@K and
   pass^K, each bar with its 95% interval as a whisker and a ``<title>`` tooltip;
-- the summary table of :meth:`forge_cli.eval.metrics.EvalMetrics.summary`;
-- one ``<tr class="task-row" data-task="ID">`` per task: id, category, counted trials, passes, infra errors,
+- the summary table of :meth:`forge_cli.eval.metrics.EvalMetrics.summary` (overall, the held-out view's groups
+  where tasks say whether their type was trained on, then the categories);
+- one ``<tr class="task-row" data-task="ID">`` per task (``class="task-row unseen"`` for a task whose type training
+  never saw): id, category, its type (template, "unseen" and "guided" marked), counted trials, passes, infra errors,
   mean score, pass@k and pass^k per reported k, and per trial a link to its logs directory (``trial["logs"]``)
   and to its calls (``<run_dir>/rollouts/<rollout_id>/``); a link is relative to the report's directory when the
   target is inside it, else a ``file://`` URL;
@@ -58,6 +60,8 @@ td.trials { white-space: normal; text-align: left; min-width: 260px; }
 table.infra td:last-child { white-space: normal; }
 .trial { display: inline-block; margin: 1px 6px 1px 0; padding: 0 6px; border-radius: 10px; font-size: 12px; }
 .trial.pass { background: #dcf2e0; } .trial.fail { background: #f9dcdc; } .trial.infra { background: #e6e8ec; }
+.tag { display: inline-block; margin-left: 6px; padding: 0 6px; border-radius: 10px; font-size: 12px; }
+.tag.unseen { background: #fde9c8; } .tag.guided { background: #e3e9f6; }
 a { color: #1f5fa8; text-decoration: none; } a:hover { text-decoration: underline; }
 pre { background: #f4f6f9; padding: 12px; overflow-x: auto; font-size: 12px; }
 .none { color: #5a6475; }
@@ -179,12 +183,22 @@ def _trial_links(trials: Sequence[Mapping[str, Any]], out_dir: Path, run_dir: Pa
     return "".join(links)
 
 
+def _type_cell(t: TaskMetrics) -> str:
+    """The task's type: its template (or -), tagged "unseen" when training never saw it and "guided" when its
+    instruction shows the command."""
+    tags = ('<span class="tag unseen" title="no task of this type is in the training split">unseen</span>'
+            if t.seen is False else "") + ('<span class="tag guided" title="the instruction shows the command">'
+                                           "guided</span>" if t.guided else "")
+    return f'<td class="l">{esc(t.template or "-")}{tags}</td>'
+
+
 def _task_row(t: TaskMetrics, ks: Sequence[int], trials: Sequence[Mapping[str, Any]], out_dir: Path,
               run_dir: Path) -> str:
     cells = [str(t.n), str(t.passes), str(t.infra_errors), fmt(t.mean_score),
              *(fmt(t.pass_at[k]) for k in ks), *(fmt(t.pass_hat[k]) for k in shown_hat_ks(ks))]
-    return (f'<tr class="task-row" data-task="{esc(t.task_id)}">{_cell("td", t.task_id, True)}'
-            + _cell("td", t.category, True) + "".join(_cell("td", c, False) for c in cells)
+    cls = "task-row unseen" if t.seen is False else "task-row"
+    return (f'<tr class="{cls}" data-task="{esc(t.task_id)}">{_cell("td", t.task_id, True)}'
+            + _cell("td", t.category, True) + _type_cell(t) + "".join(_cell("td", c, False) for c in cells)
             + f'<td class="trials">{_trial_links(trials, out_dir, run_dir)}</td></tr>')
 
 
@@ -205,7 +219,7 @@ def render_html(report: EvalReport) -> str:
     m, meta, out_dir = report.metrics, report.meta, report.out_dir
     run_dir = Path(meta.get("run_dir") or out_dir)
     ks = m.ks
-    task_headers = ["task", "category", "trials", "passes", "infra", "mean score",
+    task_headers = ["task", "category", "type", "trials", "passes", "infra", "mean score",
                     *(f"pass@{k}" for k in ks), *(f"pass^{k}" for k in shown_hat_ks(ks)), "trials (logs · calls)"]
     task_rows = "".join(_task_row(t, ks, report.trials.get(t.task_id, []), out_dir, run_dir) for t in m.tasks)
     summary_headers, summary_rows = m.summary()
@@ -225,13 +239,15 @@ def render_html(report: EvalReport) -> str:
         f"{m.overall.infra_errors} infra error(s) left out</p>",
         f"<section><h2>Run</h2>{_meta_list(meta, m.overall.tasks)}</section>",
         '<section><h2>pass@k and pass^k per category</h2><p class="sub">Bars: mean over tasks; whiskers: 95% '
-        'bootstrap interval over tasks.</p><div class="chart-wrap">'
+        'bootstrap interval over task types.</p><div class="chart-wrap">'
         + chart_svg([m.overall, *m.categories.values()], chart_series(ks)) + "</div></section>",
-        '<section><h2>Summary</h2><p class="sub">95% intervals: bootstrap over tasks (mean score, pass@k, '
-        "pass^k); Wilson over trials (pass rate).</p>" + _table(summary_headers, summary_rows, "summary")
+        '<section><h2>Summary</h2><p class="sub">95% intervals: bootstrap over task types (mean score, pass@k, '
+        "pass^k: the tasks of one template are drawn together); Wilson over trials (pass rate). seen / unseen: "
+        "task types the training split has / has not; guided: the instruction shows the command.</p>"
+        + _table(summary_headers, summary_rows, "summary")
         + "</section>",
         '<section><h2>Tasks</h2><table class="tasks">'
-        + _head(task_headers, (0, 1, len(task_headers) - 1)) + f"<tbody>{task_rows}</tbody></table>"
+        + _head(task_headers, (0, 1, 2, len(task_headers) - 1)) + f"<tbody>{task_rows}</tbody></table>"
         + "</section>",
         f"<section><h2>Infra errors</h2>{infra}</section>",
         f"<section><details><summary>Experiment config</summary><pre>{esc(config)}</pre></details></section>",

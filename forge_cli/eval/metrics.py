@@ -1,8 +1,9 @@
 """Evaluation metrics over trials: pass@k, pass^k and mean score per task, per category and overall, with CIs.
 
 Input contract (what ``forge eval`` hands over): one dict per finished rollout,
-``{"task_id", "category", "trial", "rollout_id", "status", "reward", "passed", "logs", "calls", "error",
-"duration_s"}``. Only ``task_id``, ``category``, ``status``, ``reward`` and ``passed`` are read here.
+``{"task_id", "category", "template", "seen", "guided", "trial", "rollout_id", "status", "reward", "passed",
+"logs", "calls", "error", "duration_s"}``. Only ``task_id``, ``category``, ``template``, ``seen``, ``guided``,
+``status``, ``reward`` and ``passed`` are read here (the three task-type keys may be absent or None).
 
 Counting rules:
 
@@ -28,8 +29,13 @@ Counting rules:
     task is left out of those aggregates; each aggregate's ``n`` says how many tasks it is over.
 
 - Per category and overall: ``mean_score``, ``pass@k`` and ``pass^k`` are means over tasks of the per-task
-  values, with a 95% percentile-bootstrap interval over tasks (fixed seed: deterministic); ``pass_rate`` is the
-  plain per-trial rate (all counted trials pooled) with a 95% Wilson interval.
+  values, with a 95% percentile-bootstrap interval (fixed seed: deterministic) that resamples *task types*: tasks
+  that name the same ``template`` (instances of one builtin template, say) are drawn together, since they succeed
+  or fail together; a task without one is a type of its own (then it is the plain bootstrap over tasks).
+  ``pass_rate`` is the plain per-trial rate (all counted trials pooled) with a 95% Wilson interval.
+- Held-out view (``exposure``), when tasks say whether their type was trained on (``seen``) and whether the
+  instruction shows the solving command (``guided``): the same aggregates over the groups of
+  :data:`EXPOSURE_GROUPS` (``seen``, ``seen/guided``, ``seen/not guided``, ``unseen``, ...), those with tasks.
 
 Everything returns plain dataclasses with ``to_dict()`` (JSON-ready: the k of ``pass_at`` / ``pass_hat`` become
 string keys).
@@ -47,6 +53,8 @@ Z_95 = 1.959963984540054  # the standard normal's 97.5% quantile
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
 UNCATEGORIZED = "uncategorized"
+# the held-out view's groups: a task is in "seen" or "unseen" and, when it says, in one of their guided halves
+EXPOSURE_GROUPS = ("seen", "seen/guided", "seen/not guided", "unseen", "unseen/guided", "unseen/not guided")
 
 
 def _check(n: int, c: int, k: int) -> None:
@@ -122,18 +130,34 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def bootstrap_mean_ci(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                      level: float = 0.95) -> tuple[float, float]:
+                      level: float = 0.95, clusters: Sequence[str] | None = None) -> tuple[float, float]:
     """Percentile-bootstrap interval of the mean of ``values`` (resampled with replacement, fixed seed).
 
-    Deterministic for a given (values, resamples, seed). The interval is widened to contain the sample mean
-    when resampling noise would leave it a hair outside (identical values, tiny samples).
+    ``clusters`` (one label per value): resample clusters instead of values, each drawn cluster bringing all its
+    values, and take the mean over the values drawn (the cluster bootstrap: values of one cluster are not
+    independent). With every label distinct this is exactly the plain bootstrap, draw for draw.
+
+    Deterministic for a given (values, clusters, resamples, seed). The interval is widened to contain the sample
+    mean when resampling noise would leave it a hair outside (identical values, tiny samples).
     """
     if not values:
         raise ValueError("bootstrap of an empty sample")
-    n = len(values)
-    point = sum(values) / n
+    if clusters is not None and len(clusters) != len(values):
+        raise ValueError(f"{len(clusters)} cluster labels for {len(values)} values")
+    point = sum(values) / len(values)
+    sums: dict[str, list[float]] = {}
+    for i, value in enumerate(values):
+        label = clusters[i] if clusters is not None else str(i)
+        entry = sums.setdefault(label, [0.0, 0.0])
+        entry[0] += value
+        entry[1] += 1
+    groups = list(sums.values())
     rng = random.Random(seed)
-    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    means = []
+    for _ in range(resamples):
+        drawn = rng.choices(groups, k=len(groups))
+        means.append(sum(g[0] for g in drawn) / sum(g[1] for g in drawn))
+    means.sort()
     alpha = (1.0 - level) / 2
     return min(_quantile(means, alpha), point), max(_quantile(means, 1.0 - alpha), point)
 
@@ -176,6 +200,15 @@ class TaskMetrics:
     pass_rate: float | None
     pass_at: dict[int, float | None] = field(default_factory=dict)
     pass_hat: dict[int, float | None] = field(default_factory=dict)
+    # the task's type (intervals resample types), whether training saw that type, whether the command is shown
+    template: str | None = None
+    seen: bool | None = None
+    guided: bool | None = None
+
+    @property
+    def cluster(self) -> str:
+        """What the bootstrap resamples this task with: its template, else the task itself."""
+        return self.template or f"task:{self.task_id}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -217,21 +250,25 @@ class EvalMetrics:
     overall: GroupMetrics
     categories: dict[str, GroupMetrics]
     tasks: list[TaskMetrics]
+    # the held-out view: EXPOSURE_GROUPS that have tasks (empty when no task says whether it was seen)
+    exposure: dict[str, GroupMetrics] = field(default_factory=dict)
 
     def summary(self) -> tuple[list[str], list[list[str]]]:
-        """Headers and rows (overall, then each category) of the summary table both reports show."""
+        """Headers and rows (overall, the held-out view's groups, then each category) of the summary table both
+        reports show."""
         hat_ks = shown_hat_ks(self.ks)
         headers = ["group", "tasks", "trials", "infra", "mean score", "pass rate",
                    *(f"pass@{k}" for k in self.ks), *(f"pass^{k}" for k in hat_ks)]
         rows = [[g.name, str(g.tasks), str(g.trials), str(g.infra_errors), g.mean_score.format(),
                  g.pass_rate.format(), *(g.pass_at[k].format() for k in self.ks),
                  *(g.pass_hat[k].format() for k in hat_ks)]
-                for g in [self.overall, *self.categories.values()]]
+                for g in [self.overall, *self.exposure.values(), *self.categories.values()]]
         return headers, rows
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "trials_per_task": self.trials_per_task, "ks": list(self.ks), "overall": self.overall.to_dict(),
+            "exposure": {name: g.to_dict() for name, g in self.exposure.items()},
             "categories": {name: g.to_dict() for name, g in self.categories.items()},
             "tasks": [t.to_dict() for t in self.tasks],
         }
@@ -272,21 +309,36 @@ def task_metrics(task_id: str, trials: Sequence[Mapping[str, Any]], ks: Sequence
     n = len(counted)
     c = sum(1 for t in counted if t.get("passed") is True)
     category = next((str(t["category"]) for t in trials if t.get("category")), UNCATEGORIZED)
+
+    def first(key: str) -> Any:
+        return next((t[key] for t in trials if t.get(key) is not None), None)
+
     return TaskMetrics(
         task_id=task_id, category=category, n=n, passes=c, infra_errors=len(trials) - n,
         mean_score=sum(trial_score(t) for t in counted) / n if n else None,
         pass_rate=c / n if n else None,
         pass_at={k: pass_at_k(n, c, k) if n >= k else None for k in ks},
         pass_hat={k: pass_hat_k(n, c, k) if n >= k else None for k in ks},
+        template=first("template"), seen=first("seen"), guided=first("guided"),
     )
 
 
-def _bootstrap_estimate(values: Iterable[float | None], resamples: int, seed: int) -> Estimate:
-    present = [v for v in values if v is not None]
+def exposure_groups(seen: bool | None, guided: bool | None) -> list[str]:
+    """The :data:`EXPOSURE_GROUPS` a task is in: none when it does not say whether it was seen."""
+    if seen is None:
+        return []
+    side = "seen" if seen else "unseen"
+    return [side] if guided is None else [side, f"{side}/{'guided' if guided else 'not guided'}"]
+
+
+def _bootstrap_estimate(values: Iterable[tuple[float | None, str]], resamples: int, seed: int) -> Estimate:
+    """Mean and cluster-bootstrap interval of (value, cluster) pairs; None values left out."""
+    present = [(v, c) for v, c in values if v is not None]
     if not present:
         return Estimate(None, None, None, 0, "bootstrap")
-    low, high = bootstrap_mean_ci(present, resamples=resamples, seed=seed)
-    return Estimate(sum(present) / len(present), low, high, len(present), "bootstrap")
+    numbers = [v for v, _ in present]
+    low, high = bootstrap_mean_ci(numbers, resamples=resamples, seed=seed, clusters=[c for _, c in present])
+    return Estimate(sum(numbers) / len(numbers), low, high, len(numbers), "bootstrap")
 
 
 def _wilson_estimate(successes: int, n: int) -> Estimate:
@@ -303,10 +355,11 @@ def group_metrics(name: str, tasks: Sequence[TaskMetrics], ks: Sequence[int],
     passes = sum(t.passes for t in tasks)
     return GroupMetrics(
         name=name, tasks=len(tasks), trials=trials, passes=passes, infra_errors=sum(t.infra_errors for t in tasks),
-        mean_score=_bootstrap_estimate((t.mean_score for t in tasks), resamples, seed),
+        mean_score=_bootstrap_estimate(((t.mean_score, t.cluster) for t in tasks), resamples, seed),
         pass_rate=_wilson_estimate(passes, trials),
-        pass_at={k: _bootstrap_estimate((t.pass_at[k] for t in tasks), resamples, seed) for k in ks},
-        pass_hat={k: _bootstrap_estimate((t.pass_hat[k] for t in tasks), resamples, seed) for k in ks},
+        pass_at={k: _bootstrap_estimate(((t.pass_at[k], t.cluster) for t in tasks), resamples, seed) for k in ks},
+        pass_hat={k: _bootstrap_estimate(((t.pass_hat[k], t.cluster) for t in tasks), resamples, seed)
+                  for k in ks},
     )
 
 
@@ -326,11 +379,16 @@ def aggregate(trials: Iterable[Mapping[str, Any]], trials_per_task: int | None =
         raise ValueError(f"k must be >= 1 (got {ks})")
     per_task = [task_metrics(tid, ts, ks) for tid, ts in grouped.items()]
     by_category: dict[str, list[TaskMetrics]] = {}
+    by_exposure: dict[str, list[TaskMetrics]] = {}
     for t in per_task:
         by_category.setdefault(t.category, []).append(t)
+        for group in exposure_groups(t.seen, t.guided):
+            by_exposure.setdefault(group, []).append(t)
     return EvalMetrics(
         trials_per_task=trials_per_task, ks=list(ks),
         overall=group_metrics("overall", per_task, ks, resamples, seed),
         categories={name: group_metrics(name, by_category[name], ks, resamples, seed) for name in sorted(by_category)},
         tasks=per_task,
+        exposure={name: group_metrics(name, by_exposure[name], ks, resamples, seed)
+                  for name in EXPOSURE_GROUPS if name in by_exposure},
     )

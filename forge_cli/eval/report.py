@@ -6,7 +6,8 @@
 - ``eval.json``, exactly :meth:`EvalReport.to_dict`::
 
       {"schema": 1, "meta": {...}, "trials_per_task": K, "ks": [1, K],
-       "overall": GroupMetrics, "categories": {name: GroupMetrics},
+       "overall": GroupMetrics, "exposure": {"seen": GroupMetrics, "unseen/not guided": ..., ...},
+       "categories": {name: GroupMetrics},
        "tasks": [TaskMetrics + {"trials": [trial dicts, by trial index]}],
        "infra_errors": [the trial dicts left out as infra errors]}
 
@@ -117,6 +118,8 @@ def render_table(report: EvalReport, console: Console) -> None:
     meta = report.meta
     title = (f"forge eval {meta.get('run_id', '')}: {meta.get('harness', '?')} on {meta.get('env', '?')}"
              f" ({meta.get('model', '?')}), K={m.trials_per_task}")
-    footer = ("95% intervals: bootstrap over tasks (mean score, pass@k, pass^k), Wilson over trials (pass rate); "
-              f"{m.overall.infra_errors} infra error(s) left out of the counts")
+    footer = ("95% intervals: bootstrap over task types (mean score, pass@k, pass^k; a template's tasks drawn "
+              "together), Wilson over trials (pass rate)"
+              + ("; seen / unseen: task types the training split has / has not, guided: the command is shown"
+                 if m.exposure else "") + f"; {m.overall.infra_errors} infra error(s) left out of the counts")
     print_table(console, title, headers, rows, footer)

@@ -17,6 +17,7 @@ from typing import Any
 
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.source import load_tasks
+from forge_cli.envs.task import Task
 from forge_cli.rollout.progress import RunProgress
 from forge_cli.rollout.reader import read_results
 from forge_cli.rollout.result import RolloutResult
@@ -25,8 +26,11 @@ from forge_cli.rollout.session import RolloutSession
 Key = tuple[str, int]  # (task id, trial)
 
 
-def _trial(result: RolloutResult) -> dict[str, Any]:
-    return {"task_id": result.task_id, "category": result.category or "all", "trial": result.sample,
+def _trial(result: RolloutResult, task: Task | None) -> dict[str, Any]:
+    """One trial as the reports read it (``forge_cli/eval/metrics.py``); ``task`` gives its type, when known."""
+    return {"task_id": result.task_id, "category": result.category or "all",
+            "template": task.template if task else None, "seen": task.seen if task else None,
+            "guided": task.guided if task else None, "trial": result.sample,
             "rollout_id": result.rollout_id, "status": result.status, "reward": result.reward,
             "passed": result.passed, "logs": result.logs, "calls": result.calls, "error": result.error,
             "duration_s": result.durations.get("total", 0.0), "attempt": result.step}
@@ -78,7 +82,7 @@ def run_eval(exp: Experiment, data: dict[str, Any], *, resume: Path | None = Non
             "env": exp.env.name, "split": taskset.split, "model": _model_name(exp), "trials": trials,
             "temperature": exp.eval.temperature, "config": data, "started": started_at,
             "duration_s": round(time.monotonic() - started, 1)}
-    rows = [_trial(final[(t.id, k)]) for t in taskset.tasks for k in range(trials) if (t.id, k) in final]
+    rows = [_trial(final[(t.id, k)], t) for t in taskset.tasks for k in range(trials) if (t.id, k) in final]
     # a benchmark adapter's own headline, as the benchmark's tooling computes it (e.g. QwenClawBench)
     summarize = getattr(taskset.source, "benchmark_summary", None)
     if callable(summarize):

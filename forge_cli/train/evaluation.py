@@ -16,12 +16,13 @@ mean score are ``forge eval``'s (``forge_cli/eval/metrics.py``: infra errors lef
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.source import TaskSet, load_tasks
+from forge_cli.envs.task import Task
 from forge_cli.rollout.result import RolloutResult
 from forge_cli.rollout.runner import RolloutJob
 from forge_cli.rollout.session import RolloutSession
@@ -56,12 +57,14 @@ def eval_jobs(exp: Experiment, taskset: TaskSet, step: int, run_id: str, incarna
 
 
 def eval_metrics(results: list[RolloutResult], trials: int, out_dir: Path | None = None,
-                 meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``eval_pass_rate`` / ``eval_mean_score`` (None when no trial counted), counts; the reports in ``out_dir``."""
+                 meta: dict[str, Any] | None = None, tasks: Sequence[Task] = ()) -> dict[str, Any]:
+    """``eval_pass_rate`` / ``eval_mean_score`` (None when no trial counted), counts; the reports in ``out_dir``
+    (with the held-out view where ``tasks`` say which were seen)."""
     from forge_cli.eval.report import build_report, write_reports
     from forge_cli.eval.run import _trial
 
-    rows = [_trial(r) for r in results]
+    by_id = {task.id: task for task in tasks}
+    rows = [_trial(r, by_id.get(r.task_id)) for r in results]
     info = {"trials": trials, **(meta or {})}
     report = write_reports(rows, info, out_dir) if out_dir is not None else build_report(rows, info, Path("."))
     overall = report.metrics.overall
@@ -100,4 +103,5 @@ def run_evaluation(session: RolloutSession, exp: Experiment, taskset: TaskSet, s
         log.close()
     meta = {"run_id": session.run_id, "step": step, "split": taskset.split, "harness": exp.harness.name,
             "env": exp.env.name, "temperature": temperature}
-    return {**eval_metrics(results, exp.eval.trials, out_dir, meta), "eval_s": time.monotonic() - started}
+    return {**eval_metrics(results, exp.eval.trials, out_dir, meta, taskset.tasks),
+            "eval_s": time.monotonic() - started}

@@ -127,8 +127,12 @@ def test_eval_react_on_the_builtin_test_split(tmp_path: Path, policy_server: Any
     code, report, stderr = _eval(
         tmp_path, f"proxy.upstream={policy_server.url}", "proxy.port=0", f"run.output_dir={tmp_path / 'runs'}",
         'harness.command=[python3,"{{bundle}}/bin/forge-react",--max-steps,"2",--tools,text,"{{instruction}}"]',
-        "runtime=docker", "env.max_tasks=3", "eval.trials=2", "eval.temperature=0.3", "model.max_output_tokens=96")
+        "runtime=docker", "env.task_ids=[create-edit-write-file-2,create-edit-touch-guided-2,"
+        "create-edit-delete-lines-2]", "eval.trials=2", "eval.temperature=0.3", "model.max_output_tokens=96")
     assert code == 0, stderr
+    # the held-out view: a seen task of each kind and an unseen one, apart
+    assert set(report["exposure"]) == {"seen", "seen/guided", "seen/not guided", "unseen", "unseen/not guided"}
+    assert report["exposure"]["unseen"]["tasks"] == 1
     run_dir = Path(report["meta"]["run_dir"])
     assert (run_dir / "eval.json").is_file() and (run_dir / "report.html").is_file()
     assert report["meta"]["split"] == "test" and report["meta"]["trials"] == 2

@@ -22,12 +22,12 @@ def test_eval_due_every_n_steps_and_after_the_last() -> None:
     assert not any(eval_due(k, 0, 4) for k in range(5))
 
 
-def test_eval_taskset_is_the_eval_split_not_the_training_selection() -> None:
+def test_eval_taskset_is_the_validation_split_not_the_training_selection() -> None:
     ids = "env.task_ids=[create-edit-touch-guided-0,search-count-count-guided-0]"
     exp = compose([ids, "trainer.eval_every=2", "trainer.eval_max_tasks=3"]).experiment
     train = load_tasks(exp.env, purpose="train")
     evalset = eval_taskset(exp, train)
-    assert evalset is not None and evalset.split == "test" and len(evalset.tasks) == 3
+    assert evalset is not None and evalset.split == "val" and len(evalset.tasks) == 3  # never the reported test split
     assert not {t.id for t in evalset.tasks} & {t.id for t in train.tasks}
     assert eval_taskset(compose([ids]).experiment, train) is None
     same = compose([ids, "trainer.eval_every=1", "trainer.eval_split=train"]).experiment
