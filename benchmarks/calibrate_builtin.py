@@ -1,14 +1,27 @@
-"""Calibration of the builtin suite: pass rate per skill family and split for one harness on the default model.
+"""Calibration of the builtin suite: does each skill family give training a signal, split by split?
 
-The training benchmark needs signal: a suite the policy never solves (or always solves) teaches nothing. This
-script runs ``forge eval`` on the builtin ``train`` and ``test`` splits with the same sampling settings and prints
-the pass rate and mean score per family and overall, next to the target (10-60% overall, no family at 0%).
+Training learns only from groups whose rewards differ. A family the default policy never solves and never
+partly solves teaches nothing; neither does one it always solves. This script runs ``forge eval`` on the chosen
+splits (``train`` and ``val`` by default: the test split is read once per published figure, never to choose
+templates) with the same sampling settings, and judges **each family on each split**:
 
-    .venv/bin/python benchmarks/calibrate_builtin.py [--harness react] [--trials 2] [--train-trials 1]
-        [--upstream http://127.0.0.1:8000] [--output-dir runs/calibration] [--json out.json] [-- OVERRIDES]
+- its pass rate with a 95% Wilson interval: the family passes when the interval's lower end is at least
+  ``MIN_PASS_LOW`` (5%: one pass in twelve trials is not enough, ~1.5%), **or**
+- its chance that a group of 4 rollouts of one task has a reward spread (partial credit counts), estimated per
+  task from its trials and averaged over the family's tasks: with 4 or more trials the unbiased estimate of
+  1 - P(all four rewards equal); with 2-3 trials the share of trial pairs whose rewards differ, which is a lower
+  bound of it (a group of 4 has a spread whenever any two differ). The family passes when it is at least
+  ``MIN_SPREAD`` (25%: at least one group in four carries a signal).
+
+It also prints the overall pass rate per split against the old target band (10-60%) and the held-out groups
+(seen / unseen, guided or not) per split.
+
+    .venv/bin/python benchmarks/calibrate_builtin.py [--splits train,val] [--trials 3] [--train-trials 2]
+        [--harness react] [--temperature 0.3] [--upstream URL] [--output-dir runs/calibration] [--json out.json]
+        [-- OVERRIDES]
 
 Without ``--upstream`` each eval starts its own policy server (the default model). Extra Hydra overrides after
-``--`` go to both evals (e.g. ``runtime=docker`` for a real harness, ``model.max_output_tokens=192``).
+``--`` go to every eval (e.g. ``runtime=docker``; ``env.options.seed=1000`` for other instances).
 """
 
 from __future__ import annotations
@@ -22,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-TARGET = (0.10, 0.60)
+sys.path.insert(0, str(REPO))
+
+from forge_cli.eval.metrics import spread_chance, wilson_interval  # noqa: E402
+
+OVERALL_BAND = (0.10, 0.60)
+MIN_PASS_LOW = 0.05
+MIN_SPREAD = 0.25
+GROUP = 4
 
 
 def run_eval(split: str, trials: int, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
@@ -31,7 +51,7 @@ def run_eval(split: str, trials: int, args: argparse.Namespace, extra: list[str]
            f"eval.temperature={args.temperature}", "proxy.port=0", *extra]
     if args.upstream:
         cmd.append(f"proxy.upstream={args.upstream}")
-    print(f"[calibrate] {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
+    print(f"[calibrate] forge {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -41,11 +61,31 @@ def run_eval(split: str, trials: int, args: argparse.Namespace, extra: list[str]
     return report
 
 
-def rows(report: dict[str, Any]) -> dict[str, tuple[float | None, float | None, int]]:
-    """family -> (pass rate, mean score, trials), plus 'overall'."""
+def family_rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """family (and each held-out group, and 'overall') -> passes, trials, Wilson interval, mean score, spread."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for task in report["tasks"]:
+        counted = [t for t in task["trials"] if t.get("status") != "infra_error" and t.get("passed") is not None]
+        seen = task.get("seen")
+        names = ["overall", str(task["category"])]
+        if seen is not None:
+            side = "seen" if seen else "unseen"
+            names += [side, f"{side}/{'guided' if task.get('guided') else 'not guided'}"]
+        for name in names:
+            groups.setdefault(name, []).append({"trials": counted})
     out = {}
-    for name, group in [*report["categories"].items(), ("overall", report["overall"])]:
-        out[name] = (group["pass_rate"]["value"], group["mean_score"]["value"], group["trials"])
+    for name, tasks in groups.items():
+        trials = [t for task in tasks for t in task["trials"]]
+        passes = sum(1 for t in trials if t.get("passed") is True)
+        low, high = wilson_interval(passes, len(trials)) if trials else (0.0, 0.0)
+        spreads = [s for task in tasks if (s := spread_chance([float(t.get("reward") or 0.0)
+                                                                 for t in task["trials"]], GROUP)) is not None]
+        out[name] = {"tasks": len(tasks), "trials": len(trials), "passes": passes,
+                     "pass_rate": passes / len(trials) if trials else None, "wilson_low": low, "wilson_high": high,
+                     "mean_score": sum(float(t.get("reward") or 0.0) for t in trials) / len(trials) if trials else None,
+                     "spread4": sum(spreads) / len(spreads) if spreads else None}
+        row = out[name]
+        row["signal"] = bool(row["wilson_low"] >= MIN_PASS_LOW or (row["spread4"] or 0.0) >= MIN_SPREAD)
     return out
 
 
@@ -57,43 +97,57 @@ def main() -> int:
     argv = sys.argv[1:]
     extra: list[str] = []
     if "--" in argv:
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[:argv.index("--")]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        extra, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--splits", default="train,val", help="comma-separated; test only for a published figure")
+    parser.add_argument("--trials", type=int, default=3, help="trials per task (val, test)")
+    parser.add_argument("--train-trials", type=int, default=2, help="trials per task on train (96 tasks)")
     parser.add_argument("--harness", default="react")
-    parser.add_argument("--trials", type=int, default=2, help="trials per test task")
-    parser.add_argument("--train-trials", type=int, default=1, help="trials per train task (0: skip train)")
     parser.add_argument("--temperature", type=float, default=0.3)
     parser.add_argument("--upstream", default=None, help="a running policy server (else each eval starts one)")
     parser.add_argument("--output-dir", default=str(REPO / "runs" / "calibration"))
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    reports = {"test": run_eval("test", args.trials, args, extra)}
-    if args.train_trials:
-        reports["train"] = run_eval("train", args.train_trials, args, extra)
-    table = {split: rows(r) for split, r in reports.items()}
-    families = [*sorted({f for t in table.values() for f in t if f != "overall"}), "overall"]
-    splits = list(table)
-    print(f"\nbuiltin suite, harness {args.harness}, temperature {args.temperature}, "
-          f"trials: test {args.trials}, train {args.train_trials}; target overall "
-          f"{pct(TARGET[0])}-{pct(TARGET[1])}, no family at 0%")
-    print("| family | " + " | ".join(f"{s} pass rate (mean score, trials)" for s in splits) + " |")
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    if "test" in splits:
+        print("[calibrate] note: reading the test split; choose templates and recipes on train and val",
+              file=sys.stderr)
+    reports = {s: run_eval(s, args.train_trials if s == "train" else args.trials, args, extra) for s in splits}
+    table = {split: family_rows(r) for split, r in reports.items()}
+    names = ["overall", "seen", "seen/guided", "seen/not guided", "unseen", "unseen/guided", "unseen/not guided"]
+    families = sorted({f for t in table.values() for f in t if f not in names})
+    print(f"\nbuiltin suite, harness {args.harness}, temperature {args.temperature}; a family has signal on a split "
+          f"when its pass rate's Wilson 95% lower end is >= {pct(MIN_PASS_LOW)} or a group of {GROUP} has a reward "
+          f"spread with chance >= {pct(MIN_SPREAD)}")
+    print("| family | " + " | ".join(f"{s}: passes/trials, pass rate (95% CI), spread in a group of {GROUP}, signal"
+                                     for s in splits) + " |")
     print("|---|" + "---|" * len(splits))
-    for family in families:
+    for name in [*families, *names]:
         cells = []
         for split in splits:
-            rate, score, n = table[split].get(family, (None, None, 0))
-            cells.append(f"{pct(rate)} ({'-' if score is None else f'{score:.2f}'}, {n})")
-        print(f"| {family} | " + " | ".join(cells) + " |")
+            row = table[split].get(name)
+            cells.append("-" if row is None else
+                         f"{row['passes']}/{row['trials']}, {pct(row['pass_rate'])} ({pct(row['wilson_low'])}-"
+                         f"{pct(row['wilson_high'])}), {pct(row['spread4'])}, {'yes' if row['signal'] else 'NO'}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
     for split, report in reports.items():
         print(f"{split}: {report['meta']['run_dir']} ({report['wall_s']} s)")
-    overall = [table[s]["overall"][0] for s in splits]
-    zero = [f for f in families[:-1] if all((table[s].get(f, (0.0,))[0] or 0.0) == 0.0 for s in splits)]
-    ok = all(r is not None and TARGET[0] <= r <= TARGET[1] for r in overall) and not zero
-    print(("within target" if ok else "OUTSIDE target") + (f"; families at 0%: {', '.join(zero)}" if zero else ""))
+    missing = {split: [f for f in families if f in table[split] and not table[split][f]["signal"]] for split in splits}
+    band = {split: OVERALL_BAND[0] <= (table[split]["overall"]["pass_rate"] or 0.0) <= OVERALL_BAND[1]
+            for split in splits}
+    for split in splits:
+        print(f"{split}: " + ("every family has signal" if not missing[split] else
+                              f"families without signal: {', '.join(missing[split])}")
+              + f"; overall {pct(table[split]['overall']['pass_rate'])} "
+              + ("within" if band[split] else "OUTSIDE") + f" the {pct(OVERALL_BAND[0])}-{pct(OVERALL_BAND[1])} band")
     if args.json:
-        Path(args.json).write_text(json.dumps({"table": table, "runs": {s: r["meta"]["run_dir"]
-                                                                        for s, r in reports.items()}}, indent=2))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(
+            {"harness": args.harness, "temperature": args.temperature, "trials": {s: (
+                args.train_trials if s == "train" else args.trials) for s in splits}, "overrides": extra,
+             "min_pass_low": MIN_PASS_LOW, "min_spread": MIN_SPREAD, "table": table, "families_without_signal": missing,
+             "runs": {s: r["meta"]["run_dir"] for s, r in reports.items()},
+             "wall_s": {s: r["wall_s"] for s, r in reports.items()}}, indent=2) + "\n")
     return 0
 
 

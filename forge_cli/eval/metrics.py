@@ -121,6 +121,21 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
     return min(max(0.0, center - half), p), max(min(1.0, center + half), p)
 
 
+def spread_chance(rewards: Sequence[float], group: int = 4) -> float | None:
+    """The chance that ``group`` rollouts of a task do not all get the same reward, from its trials' ``rewards``
+    (None with fewer than 2). With at least ``group`` trials: the unbiased estimate 1 - sum_v C(c_v, group) /
+    C(n, group) (c_v: trials with reward v). With fewer: the share of trial pairs whose rewards differ, a lower
+    bound of it (a group has a spread whenever any two of its rewards differ)."""
+    n = len(rewards)
+    if n < 2:
+        return None
+    counts: dict[float, int] = {}
+    for reward in rewards:
+        counts[round(reward, 6)] = counts.get(round(reward, 6), 0) + 1
+    k = group if n >= group else 2
+    return 1.0 - sum(math.comb(c, k) for c in counts.values()) / math.comb(n, k)
+
+
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolation quantile of an already sorted, non-empty sequence."""
     pos = q * (len(sorted_values) - 1)

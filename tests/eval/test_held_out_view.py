@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from forge_cli.eval.compare import compare
-from forge_cli.eval.metrics import aggregate, bootstrap_mean_ci, exposure_groups
+from forge_cli.eval.metrics import aggregate, bootstrap_mean_ci, exposure_groups, spread_chance
 from forge_cli.eval.report import render_table, write_reports
 from tests.eval import trial
 
@@ -83,3 +84,14 @@ def test_compare_gives_the_groups_and_resamples_types(tmp_path: Path) -> None:
     # both tasks are one template: one unit, so the interval is the single value
     assert (unseen.low, unseen.high) == (1.0, 1.0)
     assert [t.template for t in cmp.tasks if t.task_id.startswith("u-n")] == ["tpl-d", "tpl-d"]
+
+
+def test_spread_chance() -> None:
+    assert spread_chance([1.0]) is None
+    assert spread_chance([0.0, 0.0, 0.0]) == 0.0
+    assert spread_chance([0.0, 1.0]) == 1.0  # the one pair differs (a lower bound with 2 trials)
+    assert spread_chance([0.0, 0.0, 1.0]) == pytest.approx(2 / 3)  # two of the three pairs differ
+    # 4+ trials: 1 - P(a group of 4 drawn from them is all equal); 2 passes of 5 -> C(3,4) + C(2,4) = 0
+    assert spread_chance([1.0, 1.0, 0.0, 0.0, 0.0]) == 1.0
+    assert spread_chance([1.0, 0.0, 0.0, 0.0, 0.0]) == pytest.approx(0.8)  # 1 of the C(5,4) = 5 groups is all 0
+    assert spread_chance([0.5, 0.5, 0.1, 0.5], group=4) == 1.0
