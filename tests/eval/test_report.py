@@ -19,6 +19,7 @@ from rich.console import Console
 from forge_cli.eval.html import SERIES_COLOURS, link_target
 from forge_cli.eval.report import EvalReport, render_table, write_reports
 from tests.eval import trial
+from tests.requires import requires
 
 CATEGORIES = ["files", "git", 'py "<scripts>"']
 NASTY_TASK = "<script>alert('x')</script>&task"
@@ -147,9 +148,9 @@ def test_a_run_without_trials_still_reports(tmp_path: Path) -> None:
 # --- the page as a browser renders it ---------------------------------------------------------------------------
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    requires("chromium")
     exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("Debian's chromium is not installed (scripts/setup.sh chromium, or apt-get install -y chromium)")
+    assert exe is not None
     cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
            "--window-size=1280,1600", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
