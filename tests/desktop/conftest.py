@@ -4,12 +4,9 @@
 interpreter under a private Xvfb display (a free display number chosen by Xvfb itself, 1280x800x24, -noreset so
 the screen keeps its state between X connections, no window manager) with HOME set to a fresh temporary directory
 (holding Desktop/). Xvfb and the server are stopped at the end of the session. `desktop_session` gives the same
-server with its display, home and log file, for tests that need them. Both skip, naming the install command,
-when what they need is missing:
-
-    apt-get install -y xvfb xterm
-    .venv/bin/pip install --no-deps pyautogui==0.9.54 pymsgbox==1.0.9 pytweening==1.2.0 pyscreeze==1.0.1 \
-        pygetwindow==0.0.9 pyrect==0.2.0 mouseinfo==0.1.3 pyperclip==1.9.0 python-xlib==0.33 six
+server with its display, home and log file, for tests that need them. Both need the part ``desktop-host``
+(tests/requires.py: Xvfb, xterm, ... and pyautogui, python-xlib in .venv, which ``scripts/setup.sh osworld``
+installs); without it they skip with that command, or fail under CI=true.
 
 (Pillow comes with the dev environment already.) The at-spi bindings are not needed: without them /accessibility
 answers 500 with its one-line reason, which the contract tests check.
@@ -17,9 +14,7 @@ answers 500 with its one-line reason, which the contract tests check.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,13 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.requires import requires
+
 SERVER_DIR = Path(__file__).resolve().parents[2] / "forge_cli" / "desktop" / "image" / "server"
 SCREEN = (1280, 800)
-APT_HINT = "apt-get install -y xvfb xterm"
-PIP_HINT = (
-    ".venv/bin/pip install --no-deps pyautogui==0.9.54 pymsgbox==1.0.9 pytweening==1.2.0 pyscreeze==1.0.1 "
-    "pygetwindow==0.0.9 pyrect==0.2.0 mouseinfo==0.1.3 pyperclip==1.9.0 python-xlib==0.33 six"
-)
 
 
 @dataclass(frozen=True)
@@ -46,15 +38,6 @@ class DesktopSession:
     display: str  # ":<n>"
     home: Path  # the server's HOME
     log: Path  # the server's stderr
-
-
-def _missing() -> str | None:
-    if shutil.which("Xvfb") is None:
-        return f"Xvfb is not installed: {APT_HINT}"
-    for module in ("pyautogui", "Xlib", "PIL"):
-        if importlib.util.find_spec(module) is None:
-            return f"python module {module} is missing from {sys.prefix}: {PIP_HINT}"
-    return None
 
 
 def _free_port() -> int:
@@ -94,9 +77,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="session")
 def desktop_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DesktopSession]:
     """forge's desktop server on a private Xvfb display (see the module docstring)."""
-    reason = _missing()
-    if reason:
-        pytest.skip(reason)
+    requires("desktop-host")
     home = tmp_path_factory.mktemp("desktop-home")
     (home / "Desktop").mkdir()
     log = home.parent / "desktop-server.log"

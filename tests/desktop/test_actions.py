@@ -23,6 +23,7 @@ from forge_cli.desktop.actions import (
 )
 from forge_cli.errors import UserError
 from forge_cli.tools.spec import DesktopBackendSpec, parse_tools
+from tests.requires import requires
 
 TOOLS = {t.name: t for t in DESKTOP_TOOLS}
 # the smallest valid arguments of every tool
@@ -210,10 +211,10 @@ def test_key_names() -> None:
 
 def test_key_names_are_pyautogui_names() -> None:
     """Cross-check the hand-written list against the installed pyautogui's KEY_NAMES, read without importing
-    it (its import needs a display); skipped where pyautogui is not installed."""
+    it (its import needs a display); needs the part desktop-host (pyautogui in .venv)."""
+    requires("desktop-host")
     spec = importlib.util.find_spec("pyautogui")
-    if spec is None or spec.origin is None:
-        pytest.skip("pyautogui is not installed")
+    assert spec is not None and spec.origin is not None
     with open(spec.origin, encoding="utf-8") as source:
         tree = ast.parse(source.read())
     keyboard_keys = next(ast.literal_eval(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)

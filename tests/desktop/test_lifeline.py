@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.requires import requires
+
 SERVER_DIR = Path(__file__).resolve().parents[2] / "forge_cli" / "desktop" / "image" / "server"
 LIFELINE = SERVER_DIR / "lifeline.py"
 START = SERVER_DIR / "start.sh"
@@ -105,7 +107,7 @@ def _free_display() -> str:
     for n in range(140, 400):
         if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
             return f":{n}"
-    pytest.skip("no free X display number")
+    pytest.fail("no free X display number in :140-:399")
 
 
 def _free_port() -> int:
@@ -115,13 +117,7 @@ def _free_port() -> int:
 
 
 def test_start_sh_brings_the_desktop_up_and_ends_with_the_lifeline(tmp_path: Path) -> None:
-    needed = ["Xvfb", "xdpyinfo", "dbus-launch", "dbus-send", "openbox", "socat", "curl"]
-    missing = [tool for tool in needed if shutil.which(tool) is None]
-    if not Path("/usr/libexec/at-spi-bus-launcher").exists():
-        missing.append("at-spi-bus-launcher")
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)}: apt-get install -y xvfb x11-utils dbus-x11 at-spi2-core "
-                    "openbox socat curl")
+    requires("desktop-host")
     relay, home = tmp_path / "relay", tmp_path / "home"
     home.mkdir()
     port = _free_port()

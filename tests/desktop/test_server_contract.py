@@ -22,6 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.desktop.conftest import SCREEN, DesktopSession
+from tests.requires import requires
 
 JSON = {"Content-Type": "application/json"}
 PYAUTOGUI = "import pyautogui; import time; pyautogui.FAILSAFE = False; {command}"
@@ -124,7 +125,7 @@ def _poll(fn: Any, timeout: float = 10) -> Any:
         time.sleep(0.1)
 
 
-@pytest.mark.skipif(shutil.which("xterm") is None, reason="xterm is not installed: apt-get install -y xterm")
+@pytest.mark.requires("desktop-host")
 def test_launch_activate_and_close_a_window(desktop_server: str) -> None:
     title = "forge-contract-xterm"
     res = post_json(f"{desktop_server}/setup/launch", {"command": ["xterm", "-T", title], "shell": False})
@@ -218,8 +219,7 @@ def test_open_file_missing_is_404(desktop_server: str) -> None:
 
 
 def test_recording_without_ffmpeg_says_so(desktop_server: str) -> None:
-    if shutil.which("ffmpeg"):
-        pytest.skip("ffmpeg is installed here; the 501 answer is for desktops without it")
+    requires("no-ffmpeg")
     for route in ("/start_recording", "/end_recording"):
         res = httpx.post(f"{desktop_server}{route}")
         assert res.status_code == 501 and "ffmpeg" in res.json()["message"]
@@ -248,9 +248,8 @@ print(json.dumps(out), flush=True)
 def test_desktop_envs_own_python_controller(desktop_server: str, desktop_session: DesktopSession) -> None:
     from forge_cli.paths import env_python
 
+    requires("osworld")
     python = env_python("osworld")
-    if not python.is_file():
-        pytest.skip("OSWorld's environment is not installed (scripts/setup.sh osworld)")
     port = desktop_server.rsplit(":", 1)[1]
     child = subprocess.Popen([str(python), "-c", CONTROLLER, port], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)

@@ -22,6 +22,7 @@ from forge_cli.envs.source import load_tasks
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, run_verifier
 from forge_cli.errors import UserError
+from tests.requires import requires
 
 SAMPLES_DIR = Path(__file__).with_name("harbor_tasks")
 SAMPLES = ["fix-script", "hello-file", "json-transform"]
@@ -203,24 +204,10 @@ def test_resolve_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------- docker
-def _docker_ready() -> str | None:
-    """Why the docker tests cannot run here, or None."""
-    if shutil.which("docker") is None:
-        return "no docker CLI (scripts/setup.sh docker)"
-    try:
-        if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
-            return "dockerd is unreachable (scripts/dockerd.sh starts it)"
-        found = subprocess.run(["docker", "image", "inspect", BASE_IMAGE], capture_output=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return "dockerd does not answer"
-    return None if found.returncode == 0 else f"{BASE_IMAGE} is not built (scripts/base-image.sh)"
-
-
 @pytest.fixture(scope="module")
 def docker_ready() -> None:
-    reason = _docker_ready()
-    if reason:
-        pytest.skip(reason)
+    """dockerd and the base image (the part docker of tests/requires.py)."""
+    requires("docker")
 
 
 @pytest.fixture(scope="module")

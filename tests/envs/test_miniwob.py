@@ -34,20 +34,11 @@ from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, run_ver
 from forge_cli.errors import UserError
 from forge_cli.tools.server import ToolGrant, ToolServer
 from tests.helpers import QuietHandler, serve_http
+from tests.requires import requires
 
 
 def _tasks(*overrides: str, purpose: str = "eval") -> TaskSet:
     return load_tasks(compose(["env=miniwob", *overrides]).experiment.env, purpose=purpose)  # type: ignore[arg-type]
-
-
-def _need(pages: bool = True, browser: bool = False) -> None:
-    if pages and miniwob.package_html() is None:
-        pytest.skip(f"the MiniWoB++ pages are not installed ({miniwob.INSTALL})")
-    if browser:
-        if shutil.which("chromium") is None:
-            pytest.skip("Debian's chromium is not installed (scripts/setup.sh web)")
-        if playwright_mcp.manifest() is None:
-            pytest.skip("@playwright/mcp is not installed (forge browser install)")
 
 
 @pytest.fixture
@@ -73,7 +64,7 @@ async def _score(task: Task, state: dict[str, Any] | None, tmp_path: Path) -> Sc
 
 # ---------------------------------------------------------------- tasks
 def test_tasks_are_environments_times_seeds_with_splits() -> None:
-    _need()
+    requires("web")
     test = _tasks()
     names = {t.metadata["env"] for t in test.tasks}
     assert len(names) >= 100 and "click-button" in names and test.split == "test"
@@ -91,7 +82,7 @@ def test_tasks_are_environments_times_seeds_with_splits() -> None:
 
 
 def test_bad_input_is_one_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _need()
+    requires("web")
     with pytest.raises(UserError, match=r"unknown MiniWoB\+\+ environment.*no-such-task") as raised:
         _tasks("env.options.envs=[click-button,no-such-task]")
     assert raised.value.exit_code == 2 and "click-button" in (raised.value.fix or "")
@@ -109,7 +100,7 @@ def test_bad_input_is_one_clear_message(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_a_checkout_directory_is_read_like_the_package(tmp_path: Path) -> None:
-    _need()
+    requires("web")
     html = miniwob.package_html()
     assert html is not None
     copy = tmp_path / "miniwob-plusplus" / "miniwob" / "html"
@@ -126,7 +117,7 @@ def _click_task() -> tuple[TaskSet, Task]:
 
 
 def test_a_scripted_policy_reaches_reward_1_on_click_button(tool_server: ToolServer, tmp_path: Path) -> None:
-    _need(browser=True)
+    requires("web")
     tasks, task = _click_task()
     log = tmp_path / "r1" / "tool_calls.jsonl"
     grant = tool_server.register("r1", task.tools, task.tool_state, log)
@@ -150,7 +141,7 @@ def test_a_scripted_policy_reaches_reward_1_on_click_button(tool_server: ToolSer
 
 
 def test_a_wrong_click_or_none_scores_0(tool_server: ToolServer, tmp_path: Path) -> None:
-    _need(browser=True)
+    requires("web")
     tasks, task = _click_task()
     grant = tool_server.register("wrong", task.tools, task.tool_state, tmp_path / "wrong" / "calls.jsonl")
     tool_server.register("idle", task.tools, task.tool_state, tmp_path / "idle" / "calls.jsonl")
@@ -171,7 +162,7 @@ def test_a_wrong_click_or_none_scores_0(tool_server: ToolServer, tmp_path: Path)
 
 
 def test_forbidden_navigation_and_screenshots_over_mcp(tool_server: ToolServer, tmp_path: Path) -> None:
-    _need(browser=True)
+    requires("web")
     _, task = _click_task()
     grant = tool_server.register("mcp", task.tools, task.tool_state, tmp_path / "mcp" / "calls.jsonl")
 
@@ -201,7 +192,7 @@ class _Site(QuietHandler):
 
 
 def test_four_rollouts_get_four_browsers_that_share_nothing(tool_server: ToolServer, tmp_path: Path) -> None:
-    _need(pages=False, browser=True)
+    requires("web")
     site, base = serve_http(_Site)
     url = f"{base}/"
     tools = BROWSER_TOOLS
@@ -244,7 +235,7 @@ def test_forge_eval_with_react_scores_from_the_pages(tmp_path: Path, policy_serv
     test ran past its 40-minute budget on this machine."""
     from tests.eval.test_eval_cli import _eval
 
-    _need(browser=True)
+    requires("web")
     code, report, stderr = _eval(
         tmp_path, f"proxy.upstream={policy_server.url}", "proxy.port=0", f"run.output_dir={tmp_path / 'runs'}",
         "+env=miniwob", "env.options.envs=[click-button,click-link,focus-text]", "env.options.test_seeds=1",
@@ -285,7 +276,7 @@ def test_openclaw_can_drive_the_rollouts_browser_with_its_own_tool() -> None:
     from forge_cli.errors import ConfigError
     from forge_cli.harness.adapter import RolloutContext, ToolsContext, harness_tools, prepare
 
-    _need()
+    requires("web")
     exp = compose(["+harness=openclaw", "env=miniwob", "harness.browser=native"]).experiment
     task = _tasks("env.options.envs=[click-button]").tasks[0]
     given, native = harness_tools(exp.harness, task.tools)

@@ -19,6 +19,7 @@ from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext
 from forge_cli.errors import UserError
 from tests.helpers import forge
+from tests.requires import requires
 
 DRIVE = "https://drive.google.com/uc?id=forge-test&export=download"
 
@@ -164,11 +165,9 @@ def test_the_verifier_reads_osworlds_score_and_never_turns_an_error_into_0(tmp_p
 def test_forge_osworld_fetch_fills_the_cache_then_the_task_runs_offline(tmp_path: Path) -> None:
     """`forge osworld fetch` against a loopback server standing in for the file hosts, then `forge osworld tasks`
     offline: the task is runnable from the cache."""
-    from forge_cli.paths import env_python
     from tests.helpers import QuietHandler, serve_http
 
-    if not env_python("osworld").is_file():
-        pytest.skip("OSWorld's environment is not installed (scripts/setup.sh osworld)")
+    requires("osworld")
 
     class Files(QuietHandler):
         def do_GET(self) -> None:

@@ -25,13 +25,13 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from forge_cli.config.compose import compose
-from forge_cli.desktop.container import LABEL_DESKTOP, has_image
+from forge_cli.desktop.container import LABEL_DESKTOP
 from forge_cli.envs.source import TaskSet, load_tasks
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext
-from forge_cli.paths import env_python
 from forge_cli.tools.server import ToolGrant, ToolServer
 from tests.helpers import REPO
+from tests.requires import requires
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -59,10 +59,7 @@ REFERENCE: dict[str, list[tuple[str, dict[str, Any]]]] = {
 
 
 def _need() -> None:
-    if not env_python("osworld").is_file():
-        pytest.skip("OSWorld's environment is not installed (scripts/setup.sh osworld)")
-    if not has_image("forge-desktop:bookworm"):
-        pytest.skip("the desktop image is not built (forge image build --builtin desktop)")
+    requires("osworld", "desktop")
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +208,8 @@ def test_an_osworld_checkouts_offline_tasks_run_to_a_grade(tool_server: ToolServ
     """FORGE_OSWORLD_PATH (a clone of xlang-ai/OSWorld): its offline-runnable tasks load, the rest are listed with why,
     and one task of each domain is set up and scored by OSWorld's own evaluators on an untouched desktop (a grade,
     whatever it is: never an infra error); at least 5 of them."""
-    root = os.environ.get("FORGE_OSWORLD_PATH")
-    if not root:
-        pytest.skip("FORGE_OSWORLD_PATH is not set (a clone of github.com/xlang-ai/OSWorld)")
+    requires("osworld-checkout")
+    root = os.environ["FORGE_OSWORLD_PATH"]
     _need()
     tasks = _tasks(f"env.path={root}", f"env.options.cache_dir={tmp_path / 'cache'}")
     left_out = tasks.source.left_out  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ import pytest
 from forge_cli.envs.osworld.needs import task_files, unmet_needs
 from forge_cli.paths import env_python
 from tests.desktop.conftest import DesktopSession, desktop_session  # noqa: F401  (the session fixture)
+from tests.requires import requires
 
 RUNNER = Path(__file__).resolve().parents[2] / "forge_cli" / "envs" / "osworld" / "host_runner.py"
 FILES = {"/files/note.txt": b"hello from the task\n", "/files/gold.txt": b"forge wrote this\n",
@@ -34,10 +35,8 @@ FILES = {"/files/note.txt": b"hello from the task\n", "/files/gold.txt": b"forge
 
 @pytest.fixture(scope="module")
 def osworld_python() -> Path:
-    python = env_python("osworld")
-    if not python.is_file():
-        pytest.skip(f"OSWorld's environment is not installed ({python}): scripts/setup.sh osworld")
-    return python
+    requires("osworld")
+    return env_python("osworld")
 
 
 @dataclass

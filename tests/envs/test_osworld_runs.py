@@ -15,6 +15,7 @@ from forge_cli.desktop.container import LABEL_DESKTOP
 from tests.envs.test_osworld_desktop import TERMINAL, _need
 from tests.eval.test_eval_cli import _eval
 from tests.helpers import REPO
+from tests.requires import requires
 from tests.train.test_train_run import _env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.vllm, pytest.mark.mitm]
@@ -57,8 +58,7 @@ def test_forge_eval_with_an_mcp_harness(tmp_path: Path, policy_server: Any) -> N
     from forge_cli.paths import bundles_dir
 
     _need()
-    if not (bundles_dir() / "pi").is_dir():
-        pytest.skip("the pi bundle is not installed (forge harness install pi; make test-e2e installs every harness)")
+    requires("harness:pi")
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "harnesses").symlink_to(bundles_dir())
     code, report, stderr = _eval(

@@ -29,8 +29,7 @@ from tests.envs.qwenclawbench_policy import Policy, call, serve
 from tests.envs.test_qwenclawbench import _eval, openclaw_installed
 
 CHECKOUT = os.environ.get("FORGE_QWENCLAWBENCH_PATH", "")
-pytestmark = [pytest.mark.mitm, pytest.mark.skipif(
-    not CHECKOUT, reason="FORGE_QWENCLAWBENCH_PATH is not set: point it at a QwenClawBench checkout to run these")]
+pytestmark = [pytest.mark.mitm, pytest.mark.requires("qwenclawbench-checkout")]
 
 LARGEST = ("cd downloads && ls -l annual_sales_report_2024.csv app_config.yaml backup.sh "
            "product_catalog_api_response.json README_setup.txt server_access.log | sort -k5 -n | tail -n 1 "

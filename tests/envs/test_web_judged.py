@@ -18,9 +18,9 @@ from forge_cli.envs.source import load_tasks
 from forge_cli.envs.web import judge as protocol
 from forge_cli.envs.web import map_url
 from forge_cli.errors import UserError
-from tests.envs.test_miniwob import _need
 from tests.eval.test_eval_cli import _eval
 from tests.helpers import QuietHandler, serve_http
+from tests.requires import requires
 from tests.rollout.test_rollout_run import NO_UPSTREAM, _harness_dir
 
 pytestmark = pytest.mark.mitm
@@ -203,7 +203,7 @@ def _results(report: Any) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("name", ["webvoyager", "mind2web"])
 def test_local_sites_end_to_end_through_the_judge(name: str, tmp_path: Path, judge: Judge,
                                                   sites: dict[str, str]) -> None:
-    _need(pages=False, browser=True)
+    requires("web")
     code, report, stderr = _run(tmp_path, name, _files(tmp_path), _url_map(sites),
                                 f"eval.judge.base_url={judge.url}", "eval.judge.model=scripted")
     assert code == 0, stderr
@@ -231,7 +231,7 @@ def test_local_sites_end_to_end_through_the_judge(name: str, tmp_path: Path, jud
 
 
 def test_a_judge_that_is_down_leaves_the_trial_not_judged(tmp_path: Path, sites: dict[str, str]) -> None:
-    _need(pages=False, browser=True)
+    requires("web")
     code, report, stderr = _run(tmp_path, "webvoyager", _files(tmp_path), _url_map(sites), "env.task_ids=[Shop--0]",
                                 "eval.judge.base_url=http://127.0.0.1:9/v1", "eval.judge.model=gone",
                                 "eval.judge.retries=1", "eval.retries=0")

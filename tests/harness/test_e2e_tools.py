@@ -25,6 +25,7 @@ import pytest
 from tests.conftest import LONG_CONTEXT
 from tests.harness.test_e2e_harnesses import Env, env, harness_timeout  # noqa: F401 - the module's fixture
 from tests.helpers import EXAMPLE_TASKS, REPO
+from tests.requires import requires
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
@@ -92,12 +93,9 @@ def test_harness_connects_to_the_task_tools_over_mcp(env: Env, harness: str) -> 
 def test_an_mcp_harness_gets_the_browser_of_a_miniwob_task(env: Env) -> None:  # noqa: F811
     """pi (a real MCP harness, in docker) on MiniWoB++'s click-button via forge eval: it connected to the rollout's
     browser tools over MCP, the model was offered them, and the page scored the trial (any score), offline."""
-    from forge_cli.browser import playwright_mcp
-    from forge_cli.envs import miniwob
     from forge_cli.paths import forge_home
 
-    if miniwob.package_html() is None or playwright_mcp.manifest() is None:
-        pytest.skip("scripts/setup.sh web (the MiniWoB++ pages and @playwright/mcp) has not run")
+    requires("web")
     if not (env.home / "tools").exists():
         (env.home / "tools").symlink_to(forge_home() / "tools")
     args = [sys.executable, "-m", "forge_cli", "eval", "--json", "+harness=pi", "+env=miniwob", "runtime=docker",

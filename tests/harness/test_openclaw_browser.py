@@ -24,9 +24,7 @@ from typing import Any
 
 import pytest
 
-from forge_cli.browser import playwright_mcp
 from forge_cli.config.compose import compose
-from forge_cli.envs import miniwob
 from forge_cli.harness.bundle_paths import is_installed
 from tests.helpers import REPO, QuietHandler, serve_http
 
@@ -89,12 +87,10 @@ def _policy(log: list[str]) -> type[QuietHandler]:
     return Policy
 
 
+@pytest.mark.requires("harness:openclaw", "web")
 def test_openclaw_clicks_the_button_with_its_own_browser_tool(tmp_path: Path) -> None:
     harness = compose(["+harness=openclaw"]).experiment.harness
-    if not is_installed(harness):
-        pytest.skip("the openclaw bundle is not installed (forge harness install openclaw)")
-    if miniwob.package_html() is None or playwright_mcp.manifest() is None:
-        pytest.skip("scripts/setup.sh web has not run")
+    assert is_installed(harness)
     log: list[str] = []
     server, url = serve_http(_policy(log))
     try:

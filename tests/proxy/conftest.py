@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from forge_cli.proxy.launcher import ProxyHandle, free_port, mitmdump_path, start_proxy
+from forge_cli.proxy.launcher import ProxyHandle, free_port, start_proxy
+from tests.requires import requires
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,8 +53,8 @@ def fake_upstream() -> Iterator[FakeUpstream]:
 
 
 def need_mitmdump() -> None:
-    if not mitmdump_path().exists():
-        pytest.fail(f"mitmdump missing at {mitmdump_path()}: run scripts/setup.sh mitmproxy")
+    """mitmdump from forge's mitmproxy environment (the part mitmproxy of tests/requires.py)."""
+    requires("mitmproxy")
 
 
 @pytest.fixture(scope="session")

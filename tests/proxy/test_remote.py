@@ -30,6 +30,7 @@ from forge_cli.proxy.launcher import ProxyHandle, free_port, start_proxy
 from forge_cli.traces import store
 from tests.helpers import forge
 from tests.proxy.conftest import FakeUpstream, need_mitmdump
+from tests.requires import requires
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "FORGE_PROXY_TOKEN"
@@ -87,18 +88,10 @@ def test_bad_remote_proxy_input(fake_upstream: FakeUpstream, tmp_path: Path) -> 
     assert short.returncode == 2 and "shorter than 16" in short.stderr
 
 
-def _docker_answers() -> bool:
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 @pytest.fixture
 def docker_proxy(policy_server: Any) -> Iterator[tuple[str, str, str]]:
     """``forge proxy`` in a container (host networking), its store inside the container: (url, token, name)."""
-    if not _docker_answers():
-        pytest.skip("no docker daemon: scripts/setup.sh docker")
+    requires("docker")
     need_mitmdump()
     token, port, name = secrets.token_urlsafe(32), free_port(), f"forge-remote-proxy-{uuid.uuid4().hex[:8]}"
     python = REPO / ".venv" / "bin" / "python"

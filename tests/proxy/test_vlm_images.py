@@ -24,6 +24,7 @@ from forge_cli.proxy.launcher import start_proxy
 from forge_cli.traces import blobs
 from tests.proxy.conftest import need_mitmdump
 from tests.proxy.test_images import _bodies
+from tests.requires import requires
 
 pytestmark = [pytest.mark.vllm, pytest.mark.mitm]
 BUILDER = Path(__file__).with_name("tiny_vlm.py")
@@ -52,9 +53,8 @@ def vlm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from forge_cli.serve import start_server
     from forge_cli.serve.prepare import prepare_default_model
 
+    requires("vllm")
     python = env_python("vllm")
-    if not python.exists():
-        pytest.skip(f"forge's vLLM environment is not installed ({python}); run scripts/setup.sh vllm")
     root = tmp_path_factory.mktemp("tiny-vlm")
     model_dir = root / "model"
     tokenizer_dir = prepare_default_model(compose([]).experiment.model.package).path  # type: ignore[union-attr]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +92,6 @@ def test_groups_are_unique_per_batch_and_results_say_step_and_sample(tmp_path: P
 
 @pytest.mark.docker
 def test_hidden_files_reach_the_verifier_but_never_the_harness(tmp_path: Path) -> None:
-    if shutil.which("docker") is None:
-        pytest.skip("docker is not installed")
     # the harness looks for the hidden asset everywhere it could be and records what it saw
     config_dir = _script_harness(tmp_path, "looker", "ls /tests > seen.txt 2>&1; cat /tests/expected.txt >> seen.txt "
                                                      "2>&1; echo 42 > answer.txt")

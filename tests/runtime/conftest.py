@@ -3,7 +3,8 @@
 - local always runs;
 - docker runs against the real daemon (marker ``docker``); the session fixture starts dockerd with
   scripts/dockerd.sh when none answers and builds forge-base:bookworm with scripts/base-image.sh;
-- kubernetes runs when ``KUBECONFIG`` points at a cluster, otherwise it is skipped with that reason.
+- kubernetes runs when ``KUBECONFIG`` points at a cluster (the part ``kubernetes`` of tests/requires.py), otherwise
+  it is skipped with that reason.
   With kind, on a machine that has it::
 
       kind create cluster --name forge
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
@@ -32,6 +32,7 @@ from forge_cli.config.schema import DockerRuntime, KubernetesRuntime, LocalRunti
 from forge_cli.runtime.base import Sandbox
 from forge_cli.runtime.registry import backend as backend_class
 from forge_cli.runtime.spec import LABEL_RUN, SandboxSpec, label_value
+from tests.requires import requires
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("FORGE_TEST_IMAGE", "forge-base:bookworm")
@@ -49,20 +50,13 @@ def docker_answers() -> bool:
 @pytest.fixture(scope="session")
 def docker_daemon() -> None:
     """A running dockerd and the base image (started/built here when missing)."""
-    if shutil.which("dockerd") is None or shutil.which("docker") is None:
-        pytest.skip("docker.io is not installed: scripts/setup.sh docker installs it")
-    if not docker_answers():
-        subprocess.run([str(ROOT / "scripts" / "dockerd.sh")], check=True, timeout=120)
-    if IMAGE == "forge-base:bookworm":
-        subprocess.run([str(ROOT / "scripts" / "base-image.sh")], check=True, timeout=900)
+    requires("docker")
 
 
 BACKENDS = [
     pytest.param("local", id="local"),
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
-    pytest.param("kubernetes", id="kubernetes", marks=pytest.mark.skipif(
-        not os.environ.get("KUBECONFIG"),
-        reason="no cluster: set KUBECONFIG to run the suite on kubernetes (e.g. kind, see tests/runtime/conftest.py)")),
+    pytest.param("kubernetes", id="kubernetes", marks=pytest.mark.requires("kubernetes")),
 ]
 
 

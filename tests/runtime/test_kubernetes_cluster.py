@@ -30,11 +30,8 @@ from forge_cli.config.compose import compose
 from forge_cli.config.schema import upstream_urls
 from forge_cli.rollout.run import execute
 
-pytestmark = pytest.mark.skipif(
-    not (os.environ.get("KUBECONFIG") and os.environ.get("FORGE_TEST_PROXY_URL")
-         and os.environ.get("FORGE_PROXY_TOKEN")),
-    reason="no prepared cluster: set KUBECONFIG, FORGE_TEST_PROXY_URL (the proxy replicas, port-forwarded) and "
-           "FORGE_PROXY_TOKEN (see this file's docstring)")
+# KUBECONFIG, FORGE_TEST_PROXY_URL (the proxy replicas, port-forwarded) and FORGE_PROXY_TOKEN (see the docstring)
+pytestmark = pytest.mark.requires("kubernetes-proxy")
 
 
 def test_a_rollout_runs_in_a_pod_and_its_records_come_back(tmp_path: Path) -> None:

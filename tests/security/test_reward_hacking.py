@@ -28,6 +28,7 @@ import yaml
 
 from forge_cli.proxy.launcher import free_port
 from forge_cli.rollout.spec import rollout_id
+from tests.requires import requires
 from tests.rollout.test_rollout_run import _harness_dir, _results, _run
 
 pytestmark = pytest.mark.mitm
@@ -130,18 +131,19 @@ def attacked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def _rollout(attacked: dict[str, Any], attack: str) -> tuple[dict[str, Any], str, str]:
     """The attack's result, the harness's output and forge's tamper.log; an attack only isolation keeps a local
-    sandbox from is skipped where bubblewrap cannot run (forge then warns that local sandboxes are unisolated)."""
+    sandbox from needs the part bubblewrap (without it forge warns that local sandboxes are unisolated), and with it
+    the run must have been isolated."""
     result = attacked["results"][attack]
     logs = Path(result["logs"])
     output = "".join((logs / f"harness.{s}").read_text(errors="replace") for s in ("stdout", "stderr")
                      if (logs / f"harness.{s}").exists())
     tamper = (logs / "tamper.log").read_text() if (logs / "tamper.log").exists() else ""
     if attacked["runtime"] == "local" and attack in NEEDS_ISOLATION:
+        requires("bubblewrap")
         events = [json.loads(line) for line in (logs / "sandbox.jsonl").read_text().splitlines()]
         isolated = [e for e in events if e.get("event") == "isolation"]
-        if not isolated or not isolated[0].get("isolated"):
-            why = isolated[0].get("warning") if isolated else "no isolation event"
-            pytest.skip(f"bubblewrap cannot isolate local sandboxes here: {why}")
+        why = isolated[0].get("warning") if isolated else "no isolation event"
+        assert isolated and isolated[0].get("isolated"), f"bubblewrap works here, yet the run was not isolated: {why}"
     assert f"ATTEMPT {attack}:" in output, output
     assert result["status"] == "ok", result
     return result, output, tamper

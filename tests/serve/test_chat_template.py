@@ -12,6 +12,7 @@ import pytest
 
 from forge_cli.paths import env_python
 from forge_cli.serve.server import LOOPBACK, Launch, build_launch, cpu_has_native_bf16
+from tests.requires import requires
 
 RENDER = textwrap.dedent("""
     import json, sys
@@ -43,8 +44,7 @@ TOOL_CONVERSATION: list[dict[str, Any]] = [
 def model_dir() -> Path:
     from forge_cli.serve import prepare_default_model
 
-    if not env_python("vllm").exists():
-        pytest.skip("forge's vLLM environment is not installed (scripts/setup.sh vllm)")
+    requires("vllm")
     return prepare_default_model().path
 
 

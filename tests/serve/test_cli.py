@@ -15,7 +15,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from forge_cli.paths import env_dir
 from tests.helpers import REPO, forge
 
 
@@ -83,9 +82,8 @@ def test_stop_without_detached_server(tmp_path: Path) -> None:
     _one_clear_error(result, "no detached forge server")
 
 
+@pytest.mark.requires("vllm")
 def test_model_prepare_is_idempotent() -> None:
-    if not (env_dir("vllm") / "bin" / "python").exists():
-        pytest.skip("forge's vLLM environment is not installed (scripts/setup.sh vllm)")
     first = forge("model", "prepare", "--json", timeout=900)
     assert first.returncode == 0, first.stderr
     started = time.monotonic()
@@ -117,8 +115,6 @@ def _group_members(pgid: int) -> list[int]:
 @pytest.mark.vllm
 def test_serve_foreground_answers_then_stops_cleanly_on_sigterm() -> None:
     """The real command: healthy, prints its URL, SIGTERM stops vLLM and every process it started."""
-    if not (env_dir("vllm") / "bin" / "python").exists():
-        pytest.skip("forge's vLLM environment is not installed (scripts/setup.sh vllm)")
     # a small KV cache: the session's policy_server may be running beside this one
     command = ["serve", "--port", "0", "--json", "model.kv_cache_gb=1", "model.max_model_len=2048"]
     proc = subprocess.Popen([sys.executable, "-m", "forge_cli", *command], cwd=REPO,
@@ -146,11 +142,8 @@ def test_serve_foreground_answers_then_stops_cleanly_on_sigterm() -> None:
             proc.kill()
 
 
+@pytest.mark.requires("no-gpu")
 def test_gpu_model_on_a_machine_without_one(tmp_path: Path) -> None:
-    from forge_cli.serve.server import gpu_visible
-
-    if gpu_visible():
-        pytest.skip("this machine has a GPU: model.device=gpu is served")
     (tmp_path / "config.json").write_text("{}")
     result = forge("serve", "model=vllm", f"model.path={tmp_path}", "--port", "0")
     assert result.returncode == 2

@@ -12,17 +12,16 @@ import pytest
 from forge_cli.config.compose import compose
 from forge_cli.train.local import STATE_FILE, LocalTrainer, mini_batches, pack
 from forge_cli.train.sample import Sample
+from tests.requires import module, requires
 
-torch = pytest.importorskip("torch")
+torch = module("torch", "core")
 
 
 def _model_dir() -> Path:
     from forge_cli.serve.prepare import default_model_dir
 
-    path = default_model_dir()
-    if not (path / "config.json").is_file():
-        pytest.skip(f"the default model is not prepared ({path}); run scripts/setup.sh model")
-    return path
+    requires("model")
+    return default_model_dir()
 
 
 def _sample(tokenizer: object, prompt: str, answer: str, advantage: float, rid: str) -> Sample:

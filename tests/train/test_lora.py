@@ -25,18 +25,16 @@ from forge_cli.serve.adapter import (
 )
 from forge_cli.train.local import STATE_FILE, LocalTrainer
 from forge_cli.train.sample import Sample
+from tests.requires import module, requires
 
-torch = pytest.importorskip("torch", reason="forge's [train] extra (torch) is not installed: scripts/setup.sh core")
-pytest.importorskip("peft", reason="forge's [train] extra (peft) is not installed: scripts/setup.sh core")
+torch = module("torch", "core")  # with peft: forge's [train] extra
 
 
 def _model_dir() -> Path:
     from forge_cli.serve.prepare import default_model_dir
 
-    path = default_model_dir()
-    if not (path / "config.json").is_file():
-        pytest.skip(f"the default model is not prepared ({path}); run scripts/setup.sh model")
-    return path
+    requires("model")
+    return default_model_dir()
 
 
 def _trainer(*overrides: str) -> LocalTrainer:

@@ -19,10 +19,10 @@ import pytest
 from forge_cli.config.compose import compose
 from forge_cli.serve import PolicyServer
 from forge_cli.train.sample import Sample
+from tests.requires import module, requires
 
 pytestmark = pytest.mark.vllm
-torch = pytest.importorskip("torch", reason="forge's [train] extra (torch) is not installed: scripts/setup.sh core")
-pytest.importorskip("peft", reason="forge's [train] extra (peft) is not installed: scripts/setup.sh core")
+torch = module("torch", "core")  # with peft: forge's [train] extra
 LORA = "trainer.lora={rank:8,alpha:16}"
 TOLERANCE = 1e-3
 
@@ -30,11 +30,9 @@ TOLERANCE = 1e-3
 @pytest.fixture(scope="module")
 def lora_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyServer]:
     """vLLM as forge train starts it for trainer.lora: the base as policy-base, the identity adapter as policy."""
-    from forge_cli.paths import env_python
     from forge_cli.serve import start_server
 
-    if not env_python("vllm").exists():
-        pytest.skip("forge's vLLM environment is not installed; run scripts/setup.sh vllm")
+    requires("vllm")
     exp = compose(["model.max_model_len=2048", "model.dtype=float32", "model.kv_cache_gb=1", LORA]).experiment
     log_path = tmp_path_factory.mktemp("lora-server") / "vllm.log"
     server = start_server(exp.model, port=0, log_path=log_path, timeout=900, lora=exp.trainer.lora)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from forge_cli.traces.store import iter_calls, open_store
 from forge_cli.train.sample import Sample
 from forge_cli.train.samples import SamplePolicy, build_batch, build_samples
 from forge_cli.train.samples_export import read_samples
-from tests.helpers import REPO, forge
+from tests.helpers import forge
 from tests.proxy.conftest import need_mitmdump
 from tests.rollout.test_rollout_run import _run
 
@@ -126,20 +124,13 @@ def test_mini_swe_agent_drops_its_answers_so_each_call_is_its_own_segment(sproxy
 # ------------------------------------------------------------------------------------------- a real rollout
 
 
-def _docker() -> None:
-    if shutil.which("docker") is None or shutil.which("dockerd") is None:
-        pytest.skip("docker.io is not installed: scripts/setup.sh docker installs it")
-    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
-        subprocess.run([str(REPO / "scripts" / "dockerd.sh")], check=True, timeout=120)
-
-
 @pytest.mark.docker
 def test_samples_of_a_real_react_run_are_token_exact(tmp_path: Path, policy_server: Any,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """`forge rollout` (react, text tools, docker sandboxes so the model's commands never run here), then the
     builder on its run directory: every sample against the raw records; with a small max_seq_len every sample
-    fits and keeps every loss token it can; `forge samples export` writes the same samples with their text."""
-    _docker()
+    fits and keeps every loss token it can; `forge samples export` writes the same samples with their text (the
+    marker docker requires dockerd and the base image)."""
     code, summary, stderr = _run(
         tmp_path, 'harness.command=[python3,"{{bundle}}/bin/forge-react",--max-steps,"3",--tools,text,'
         '"{{instruction}}"]', "runtime=docker", f"proxy.upstream={policy_server.url}", "proxy.port=0",

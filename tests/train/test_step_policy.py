@@ -26,6 +26,7 @@ from forge_cli.train.step import (
     shape_overlong,
     train_on_step,
 )
+from tests.requires import requires
 
 DEAD = "http://127.0.0.1:9"
 
@@ -101,9 +102,8 @@ def test_shaping_comes_before_advantages() -> None:
     from forge_cli.serve.prepare import default_model_dir
     from forge_cli.train.local import LocalTrainer
 
+    requires("core", "model")
     model_dir = default_model_dir()
-    if not (model_dir / "config.json").is_file():
-        pytest.skip(f"the default model is not prepared ({model_dir}); run scripts/setup.sh model")
     exp = compose(["algo=dapo", "model.max_output_tokens=40", "algo.overlong_buffer_tokens=8",
                    "trainer.learning_rate=1e-5"]).experiment
     rollouts = [rollout("short", [12]), rollout("long", [36])]

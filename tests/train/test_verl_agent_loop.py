@@ -25,6 +25,7 @@ from forge_cli.rollout.result import RolloutResult
 from forge_cli.traces.record import CallRecord
 from forge_cli.train.samples import SamplePolicy, build_samples
 from forge_cli.train.verl.convert import convert
+from tests.requires import requires
 from tests.train.test_samples_real import check_token_exact
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,9 +133,8 @@ def _rollouts() -> dict[str, RunRollout]:
 @pytest.fixture(scope="module")
 def verl(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
     """(forge's side: rollouts, built, outputs; veRL's results) from one run of VERL_SCRIPT."""
+    requires("verl")
     python = env_python("verl")
-    if not python.exists():
-        pytest.skip("veRL env not installed: scripts/setup.sh verl")
     rollouts = _rollouts()
     built = {name: build_samples(r, max_seq_len=None, policy=SamplePolicy()) for name, r in rollouts.items()}
     outputs = {name: [o.to_dict() for o in convert(b, global_steps=3)] for name, b in built.items()}

@@ -20,6 +20,7 @@ from forge_cli.config.compose import compose
 from forge_cli.paths import env_python
 from forge_cli.serve.prepare import default_model_dir
 from tests.helpers import forge
+from tests.requires import requires
 
 SAVE = r'''
 import os, socket, sys
@@ -56,12 +57,9 @@ dist.destroy_process_group()
 @pytest.fixture(scope="module")
 def verl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run directory as forge train trainer=verl leaves it, with a real veRL actor checkpoint of step 1."""
+    requires("verl", "model")
     python = env_python("verl")
-    if not python.is_file():
-        pytest.skip("veRL environment not installed: scripts/setup.sh verl")
     model = default_model_dir()
-    if not (model / "config.json").is_file():
-        pytest.skip("the default model is not prepared: forge model prepare")
     run = tmp_path_factory.mktemp("verl-run")
     exp = compose(["trainer=verl", "trainer.n_gpus_per_node=1"]).experiment
     (run / "config.yaml").write_text(yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))

@@ -20,8 +20,9 @@ import pytest
 from forge_cli.config.compose import compose
 from forge_cli.paths import env_python
 from forge_cli.train.verl import mapping
-from forge_cli.train.verl.launch import gpu_count, plan, write_inputs
+from forge_cli.train.verl.launch import plan, write_inputs
 from tests.helpers import forge
+from tests.requires import requires
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,10 +80,8 @@ print(json.dumps({"rows": len(rows), "task": str(first["forge_task_id"]), "agent
 
 
 def _verl() -> Path:
-    python = env_python("verl")
-    if not python.is_file():
-        pytest.skip("veRL environment not installed: scripts/setup.sh verl")
-    return python
+    requires("verl")
+    return env_python("verl")
 
 
 def _dry_run(tmp_path: Path, *overrides: str) -> dict[str, Any]:
@@ -173,7 +172,7 @@ def test_what_verl_cannot_do_is_one_message_exit_2(tmp_path: Path, overrides: li
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.skipif(gpu_count() > 0, reason="this machine has GPUs: the launch would start")
+@pytest.mark.requires("no-gpu")  # on a machine with GPUs the launch would start
 def test_no_gpu_is_one_message_exit_1(tmp_path: Path) -> None:
     result = forge("train", "trainer=verl", "trainer.n_gpus_per_node=1", f"run.output_dir={tmp_path}", timeout=300)
     assert result.returncode == 1, result.stderr

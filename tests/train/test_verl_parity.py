@@ -21,6 +21,7 @@ import torch
 
 from forge_cli.paths import env_python
 from forge_cli.train import algos
+from tests.requires import requires
 
 VERL_SCRIPT = r'''
 import json, sys, types
@@ -155,9 +156,8 @@ def _inputs() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def parity(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
     """(inputs, veRL's outputs) from one run of VERL_SCRIPT in the veRL environment."""
+    requires("verl")
     python = env_python("verl")
-    if not python.exists():
-        pytest.skip("veRL env not installed: scripts/setup.sh verl")
     work: Path = tmp_path_factory.mktemp("verl")
     inputs = _inputs()
     (work / "in.json").write_text(json.dumps(inputs))
