@@ -7,9 +7,11 @@ run:
 	scripts/setup.sh core vllm mitmproxy model
 	.venv/bin/forge train trainer.steps=2 trainer.tasks_per_step=2
 
-# everything the test suite needs (also Docker and the base image), then lint, types and tests
+# everything the test suite needs (also Docker, the base image and the pi bundle: one real harness rollout), then
+# lint, types and tests; under CI=true a test whose part this installed fails instead of skipping (tests/requires.py)
 test:
 	scripts/setup.sh all
+	FORGE_HARNESSES=pi scripts/setup.sh harnesses
 	.venv/bin/ruff check forge_cli tests benchmarks scripts
 	.venv/bin/mypy
 	.venv/bin/pytest -m "not e2e"

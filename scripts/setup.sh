@@ -22,7 +22,8 @@
 # desktop   the forge-desktop image env=osworld runs each rollout's desktop in (forge image build --builtin desktop:
 #           ~2.4 GB, 10-20 minutes the first time; make test-e2e builds it, make test does not need it)
 # harnesses every harness bundle in $FORGE_HOME/harnesses (forge harness install; set FORGE_HARNESSES
-#           to a subset, e.g. "pi codex"); fast when each pinned version is already there
+#           to a subset, e.g. "pi codex": make test installs FORGE_HARNESSES=pi, make test-e2e all of them); fast
+#           when each pinned version is already there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +36,7 @@ import pytest
 from forge_cli.paths import forge_home
 from tests.conftest import LONG_CONTEXT
 from tests.helpers import REPO
+from tests.requires import requires
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.docker, pytest.mark.mitm]
 
@@ -72,15 +72,6 @@ class Run:
     registered: list[str]
 
 
-def _docker() -> None:
-    """A running dockerd and the base image, started/built here when missing (as tests/runtime does)."""
-    if shutil.which("dockerd") is None or shutil.which("docker") is None:
-        pytest.skip("docker.io is not installed: scripts/setup.sh docker installs it")
-    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
-        subprocess.run([str(REPO / "scripts" / "dockerd.sh")], check=True, timeout=120)
-    subprocess.run([str(REPO / "scripts" / "base-image.sh")], check=True, timeout=900)
-
-
 def _bundles() -> Path:
     """The machine's harness bundles, installing the missing ones once (what scripts/setup.sh harnesses does)."""
     root = forge_home() / "harnesses"
@@ -92,11 +83,12 @@ def _bundles() -> Path:
     return root
 
 
-def _rollout(harness: str, home: Path, out: Path, upstream: str, samples: int = 1) -> Run:
-    args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=docker",
+def _rollout(harness: str, home: Path, out: Path, upstream: str, samples: int = 1, runtime: str = "docker",
+             context: int = LONG_CONTEXT) -> Run:
+    args = [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", f"runtime={runtime}",
             f"proxy.upstream={upstream}", "proxy.port=0", "rollout.max_tasks=1",
             f"rollout.samples_per_task={samples}", f"rollout.concurrency={samples}",
-            "model.max_output_tokens=64", f"model.max_model_len={LONG_CONTEXT}",
+            "model.max_output_tokens=64", f"model.max_model_len={context}",
             f"harness.timeout_s={harness_timeout(harness)}", f"run.output_dir={out}", f"run.name=e2e-{harness}"]
     started = time.monotonic()
     done = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=harness_timeout(harness) + 600,
@@ -125,7 +117,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(long_context_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Env:
     """dockerd, the base image and every bundle; a FORGE_HOME sharing this machine's environments and bundles."""
-    _docker()
+    requires("docker")
     bundles = _bundles()
     home = tmp_path_factory.mktemp("forge-home")
     for shared in ("envs", "models"):
