@@ -106,6 +106,7 @@ def test_forbidden_call_is_safety_0_and_doing_nothing_fails(tmp_path: Path) -> N
     assert "Traceback" in log and "grader lost its rubric" in log
 
 
+@pytest.mark.e2e  # OpenClaw's bundle (~650 MB of node_modules) is installed by make test-e2e, not make test
 def test_scripted_policy_passes_through_openclaw_over_mcp(tmp_path: Path) -> None:
     """The real OpenClaw harness (its bundle, local sandbox) reaches the task tools over MCP behind its own tool
     catalog, as deployed (``tool_search``, then ``tool_call`` with the tool's id ``forge__<tool>``)."""
@@ -148,7 +149,7 @@ LONG_TASKS = ["T040_onboarding_coordinator", "T039zh_onboarding_coordinator", "T
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not REAL, reason="FORGE_CLAWEVAL_PATH is not set (a Claw-Eval checkout)")
+@pytest.mark.requires("claweval-checkout")
 def test_real_checkout_general_tasks_through_react_on_the_default_model(tmp_path: Path, policy_server: Any) -> None:
     code, summary, stderr = _run(tmp_path, "harness=react", "runtime=local", "+env=claweval", f"env.path={REAL}",
                                  f"env.task_ids=[{','.join(REAL_TASKS)}]", f"proxy.upstream={policy_server.url}",
@@ -162,7 +163,7 @@ def test_real_checkout_general_tasks_through_react_on_the_default_model(tmp_path
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not REAL, reason="FORGE_CLAWEVAL_PATH is not set (a Claw-Eval checkout)")
+@pytest.mark.requires("claweval-checkout", "harness:openclaw")
 def test_real_checkout_general_tasks_through_openclaw_on_the_default_model(tmp_path: Path,
                                                                              long_context_server: Any) -> None:
     """The real OpenClaw harness (its bundle, local sandbox) with the task tools over MCP (behind its tool catalog,

@@ -1,7 +1,8 @@
 """`env=qwenclawbench` without a QwenClawBench checkout: forge's own sample tasks in its format and a stand-in of its
 ``lib_tasks`` / ``lib_grading`` (``tests/envs/qwenclawbench_tasks/``, see its README), run through the real
-``react`` harness (and the real ``openclaw`` one, whose own session database is the transcript) and the capture
-proxy by a scripted policy (``qwenclawbench_policy.py``). The real checkout is ``test_qwenclawbench_real.py``."""
+``react`` harness (and, in ``make test-e2e``, the real ``openclaw`` one, whose own session database is the
+transcript) and the capture proxy by a scripted policy (``qwenclawbench_policy.py``). The real checkout is
+``test_qwenclawbench_real.py``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from forge_cli.errors import UserError
 from forge_cli.paths import forge_home
 from tests.envs.qwenclawbench_policy import OPENCLAW_SCRIPTS, SAMPLE_SCRIPTS, Policy, serve
 from tests.helpers import forge
+from tests.requires import requires
 
 SAMPLES = Path(__file__).parent / "qwenclawbench_tasks"
 DOWN = "http://127.0.0.1:9/v1"
@@ -151,11 +153,11 @@ def test_doing_nothing_fails_judge_down_is_not_judged_and_a_grader_bug_is_an_inf
 
 
 def openclaw_installed() -> None:
-    """Skip unless the machine's OpenClaw bundle is installed (the test shares ``$FORGE_HOME/harnesses``)."""
-    if not (forge_home() / "harnesses" / "openclaw" / "manifest.json").is_file():
-        pytest.skip("the openclaw harness bundle is not installed: forge harness install openclaw")
+    """The machine's OpenClaw bundle (the test shares ``$FORGE_HOME/harnesses``), which only make test-e2e installs."""
+    requires("harness:openclaw")
 
 
+@pytest.mark.e2e  # OpenClaw's bundle (~650 MB of node_modules) is installed by make test-e2e, not make test
 @pytest.mark.mitm
 def test_reference_policy_through_openclaw_scores_1_on_its_own_session(tmp_path: Path) -> None:
     """The real OpenClaw harness (its bundle, local sandbox): QwenClawBench grades OpenClaw's own session, read from
