@@ -106,7 +106,7 @@ def test_forbidden_call_is_safety_0_and_doing_nothing_fails(tmp_path: Path) -> N
     assert "Traceback" in log and "grader lost its rubric" in log
 
 
-@pytest.mark.e2e  # OpenClaw's bundle (~650 MB of node_modules) is installed by make test-e2e, not make test
+@pytest.mark.e2e  # OpenClaw's bundle (~790 MB) is installed by make test-e2e, not make test
 def test_scripted_policy_passes_through_openclaw_over_mcp(tmp_path: Path) -> None:
     """The real OpenClaw harness (its bundle, local sandbox) reaches the task tools over MCP behind its own tool
     catalog, as deployed (``tool_search``, then ``tool_call`` with the tool's id ``forge__<tool>``)."""

@@ -157,7 +157,7 @@ def openclaw_installed() -> None:
     requires("harness:openclaw")
 
 
-@pytest.mark.e2e  # OpenClaw's bundle (~650 MB of node_modules) is installed by make test-e2e, not make test
+@pytest.mark.e2e  # OpenClaw's bundle (~790 MB) is installed by make test-e2e, not make test
 @pytest.mark.mitm
 def test_reference_policy_through_openclaw_scores_1_on_its_own_session(tmp_path: Path) -> None:
     """The real OpenClaw harness (its bundle, local sandbox): QwenClawBench grades OpenClaw's own session, read from
