@@ -31,7 +31,8 @@ on the previous suite's test split: it is kept as it was, not retuned here. Choo
 
 Resumable: every stage's run is ``OUTPUT_DIR/learning-r<R>-<stage>-<time>``; a finished one (``eval.json`` /
 ``summary.json``) is reused and an unfinished one continued (``forge eval|train --resume``) when the benchmark is
-started again with the same options and output directory (other options there: exit 2). Progress goes to stderr as
+started again with the same options and output directory (other options there: exit 2; ``--repeats`` may grow, so
+one repeat can run now and the next later). Progress goes to stderr as
 it happens; the JSON (``--json``, default OUTPUT_DIR/learning.json) holds every figure, run directory and wall time.
 """
 
@@ -229,7 +230,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def check_options(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """The options this output directory's runs were made with (written on first use; others: exit 2)."""
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("json",)}
+    # --repeats may grow between starts (run one repeat, then continue with --repeats 2)
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("json", "repeats")}
     options["overrides"] = extra
     args.output_dir.mkdir(parents=True, exist_ok=True)
     saved = args.output_dir / "learning-options.json"
