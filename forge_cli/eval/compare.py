@@ -29,7 +29,15 @@ from typing import Any
 from rich.console import Console
 
 from forge_cli.errors import UserError
-from forge_cli.eval.metrics import EXPOSURE_GROUPS, bootstrap_mean_ci, exposure_groups, fmt, pass_at_k, pass_hat_k
+from forge_cli.eval.metrics import (
+    EXPOSURE_GROUPS,
+    bootstrap_mean_ci,
+    exposure_groups,
+    fmt,
+    pass_at_k,
+    pass_hat_k,
+    task_cluster,
+)
 from forge_cli.eval.report import JSON_NAME, print_table
 
 FIX = "pass two run directories of `forge eval` (each holds the eval.json it wrote), e.g. runs/<run-id>"
@@ -58,7 +66,7 @@ class TaskDiff:
 
     @property
     def cluster(self) -> str:
-        return self.template or f"task:{self.task_id}"
+        return task_cluster(self.task_id, self.template)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.eval.compare import load_eval
-from forge_cli.eval.metrics import bootstrap_mean_ci, exposure_groups
+from forge_cli.eval.metrics import bootstrap_mean_ci, exposure_groups, task_cluster
 
 RESAMPLES = 2000
 
@@ -89,7 +89,7 @@ def paired_rows(before: Path, after: Path, control: Path | None, repeat: int) ->
         if any(v is None for v in values):
             continue
         row = by_id[0][task_id]
-        out.append(PairedTask(repeat=repeat, task_id=task_id, template=str(row.get("template") or f"task:{task_id}"),
+        out.append(PairedTask(repeat=repeat, task_id=task_id, template=task_cluster(task_id, row.get("template")),
                               groups=("overall", *exposure_groups(row.get("seen"), row.get("guided"))),
                               before=values[0], after=values[1],  # type: ignore[arg-type]
                               control=values[2] if control is not None else None))

@@ -222,8 +222,7 @@ class TaskMetrics:
 
     @property
     def cluster(self) -> str:
-        """What the bootstrap resamples this task with: its template, else the task itself."""
-        return self.template or f"task:{self.task_id}"
+        return task_cluster(self.task_id, self.template)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -336,6 +335,11 @@ def task_metrics(task_id: str, trials: Sequence[Mapping[str, Any]], ks: Sequence
         pass_hat={k: pass_hat_k(n, c, k) if n >= k else None for k in ks},
         template=first("template"), seen=first("seen"), guided=first("guided"),
     )
+
+
+def task_cluster(task_id: str, template: str | None) -> str:
+    """What the bootstrap resamples a task with: its template, else the task itself."""
+    return template or f"task:{task_id}"
 
 
 def exposure_groups(seen: bool | None, guided: bool | None) -> list[str]:
