@@ -116,6 +116,8 @@ def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
             out.append(text)
         elif node is not None and OmegaConf.is_dict(node) and _schema_has(cfg, key):
             out.append("+" + text)  # a setting the schema has but the option's YAML leaves at its default
+        elif node is not None and OmegaConf.is_dict(node) and parent.split(".")[:2] == list(FREE_FORM):
+            out.append("+" + text)  # a source's own option: its Options model checks the key
         else:
             near = []
             if node is not None and OmegaConf.is_dict(node):
@@ -127,6 +129,10 @@ def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
                 continue
             problems.append(f"{key}: no such setting; {hint}(`forge config show` lists them)")
     return problems, out
+
+
+# keys whose value is a free-form mapping checked later by its owner (a task source's Options model)
+FREE_FORM = ("env", "options")
 
 
 def _schema_has(cfg: Any, key: str) -> bool:

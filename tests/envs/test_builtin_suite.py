@@ -21,7 +21,7 @@ from forge_cli.envs.source import load_tasks
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifyContext, new_reward_dir, run_verifier
 from forge_cli.envs.verifiers import PythonVerifier, ShellVerifier
-from forge_cli.errors import UserError
+from forge_cli.errors import ConfigError, UserError
 from forge_cli.runtime import isolation
 from forge_cli.runtime.local import LocalSandbox
 from forge_cli.runtime.spec import SandboxSpec
@@ -184,6 +184,17 @@ def test_options_are_validated() -> None:
     taskset = load_tasks(_env(), purpose="train")
     assert (taskset.split, len(taskset.tasks)) == ("train", 96)
     assert load_tasks(_env(), purpose="validate").split == "val"
+
+
+def test_options_on_the_command_line_and_no_leak_to_other_sources() -> None:
+    """``env.options.seed=N`` (the learning benchmark's repeats) composes although the YAML leaves options empty; a
+    misspelt option is the source's own error; another source does not inherit the builtin suite's options."""
+    other = compose(["env.options.seed=1000"]).experiment.env
+    assert other.options == {"seed": 1000}
+    assert load_tasks(other).tasks[0].id != load_tasks(_env()).tasks[0].id
+    with pytest.raises(ConfigError, match=r"seeed: Extra inputs"):
+        compose(["env.options.seeed=1"])
+    assert compose(["env.source=miniwob"]).experiment.env.options == {}
 
 
 # ---------------------------------------------------------------- every task in a real sandbox
