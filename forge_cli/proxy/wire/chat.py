@@ -132,12 +132,44 @@ def strip_capture(obj: dict[str, Any], prep: Prepared) -> None:
             choice["logprobs"] = None
 
 
+# the prompt's token ids: one per prompt token, most of a vLLM answer's bytes (12.5k ids for a 50 KB prompt)
+_PROMPT_IDS = re.compile(rb'"prompt_token_ids"[ \t\n\r]*:[ \t\n\r]*\[')
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_SPACE = b" \t\n\r"
+
+
+def _without_prompt_ids(raw: bytes) -> bytes | None:
+    """``raw`` with its top-level ``prompt_token_ids`` list cut out as bytes, or None when that cannot be done
+    exactly (the key absent, twice, not at the top level, or its value not a list of integers): parsing the rest,
+    ~15% of a vLLM answer, is then all ``client_body`` pays for. An unescaped ``"prompt_token_ids"`` is always a
+    key (quotes in JSON strings are escaped); it is a top-level one when, with strings blanked out, exactly one brace
+    and no bracket is open before it."""
+    if raw.count(b'"prompt_token_ids"') != 1:
+        return None
+    match = _PROMPT_IDS.search(raw)
+    if match is None:
+        return None
+    end = raw.find(b"]", match.end())
+    if end < 0 or raw[match.end():end].translate(None, b"0123456789,-" + _JSON_SPACE):
+        return None
+    before = _STRING.sub(b'""', raw[:match.start()])
+    if before.count(b"{") - before.count(b"}") != 1 or before.count(b"[") != before.count(b"]"):
+        return None
+    head, tail = raw[:match.start()].rstrip(_JSON_SPACE), raw[end + 1:].lstrip(_JSON_SPACE)
+    if tail[:1] == b",":
+        return head + tail[1:]
+    return head[:-1] + tail if head[-1:] == b"," else head + tail
+
+
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
-    """A non-streamed upstream answer as the client should see it."""
+    """A non-streamed upstream answer as the client should see it: the capture fields it did not ask for removed
+    (for a valid JSON answer, the same bytes as parsing it whole, popping them and writing it compactly; the prompt's
+    ids are cut out before the parse, which is most of its cost)."""
     if prep.wants_token_ids and prep.wants_logprobs:
         return upstream
+    cut = None if prep.wants_token_ids else _without_prompt_ids(upstream)
     try:
-        obj = json.loads(upstream)
+        obj = json.loads(upstream if cut is None else cut)
     except ValueError:
         return upstream
     if not isinstance(obj, dict) or "choices" not in obj:
