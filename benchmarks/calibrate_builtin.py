@@ -45,12 +45,33 @@ MIN_SPREAD = 0.25
 GROUP = 4
 
 
+def earlier_run(split: str, trials: int, args: argparse.Namespace) -> Path | None:
+    """The newest run directory of this split under ``--output-dir`` made with the same harness, trials and
+    temperature (an interrupted calibration continues there: its finished trials are kept)."""
+    import yaml
+
+    for run_dir in sorted(Path(args.output_dir).glob(f"calibrate-{split}-*"), reverse=True):
+        try:
+            saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if (saved.get("harness", {}).get("name"), saved.get("eval", {}).get("trials"),
+                saved.get("eval", {}).get("temperature"), saved.get("env", {}).get("split")) == (
+                args.harness, trials, args.temperature, split):
+            return run_dir
+    return None
+
+
 def run_eval(split: str, trials: int, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "forge_cli", "eval", "--json", f"+harness={args.harness}", f"env.split={split}",
-           f"eval.trials={trials}", f"run.output_dir={args.output_dir}", f"run.name=calibrate-{split}",
-           f"eval.temperature={args.temperature}", "proxy.port=0", *extra]
-    if args.upstream:
-        cmd.append(f"proxy.upstream={args.upstream}")
+    earlier = None if args.fresh else earlier_run(split, trials, args)
+    if earlier is not None:
+        cmd = [sys.executable, "-m", "forge_cli", "eval", "--json", "--resume", str(earlier)]
+    else:
+        cmd = [sys.executable, "-m", "forge_cli", "eval", "--json", f"+harness={args.harness}", f"env.split={split}",
+               f"eval.trials={trials}", f"run.output_dir={args.output_dir}", f"run.name=calibrate-{split}",
+               f"eval.temperature={args.temperature}", "proxy.port=0", *extra]
+        if args.upstream:
+            cmd.append(f"proxy.upstream={args.upstream}")
     print(f"[calibrate] forge {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
     started = time.monotonic()
     done = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -84,8 +105,8 @@ def family_rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
                      "pass_rate": passes / len(trials) if trials else None, "wilson_low": low, "wilson_high": high,
                      "mean_score": sum(float(t.get("reward") or 0.0) for t in trials) / len(trials) if trials else None,
                      "spread4": sum(spreads) / len(spreads) if spreads else None}
-        row = out[name]
-        row["signal"] = bool(row["wilson_low"] >= MIN_PASS_LOW or (row["spread4"] or 0.0) >= MIN_SPREAD)
+        spread4 = sum(spreads) / len(spreads) if spreads else 0.0
+        out[name]["signal"] = bool(low >= MIN_PASS_LOW or spread4 >= MIN_SPREAD)
     return out
 
 
@@ -107,6 +128,9 @@ def main() -> int:
     parser.add_argument("--upstream", default=None, help="a running policy server (else each eval starts one)")
     parser.add_argument("--output-dir", default=str(REPO / "runs" / "calibration"))
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--fresh", action="store_true",
+                        help="start every split anew (default: continue this split's newest run in --output-dir "
+                             "made with the same harness, trials and temperature, with that run's saved overrides)")
     args = parser.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     if "test" in splits:
