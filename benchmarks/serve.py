@@ -1,6 +1,12 @@
 """Benchmark the policy server (vLLM, CPU build here) against plain transformers ``generate``.
 
     .venv/bin/python benchmarks/serve.py [--max-tokens 32] [--concurrency 1,8,32] [--json]
+    .venv/bin/python benchmarks/serve.py --prefill 2000,9000,11500 [--json]
+
+``--prefill``: vLLM only; seconds to prefill one prompt of each length (one answer token, a fresh prompt each time,
+so no prefix cache helps), twice each; the served context is raised to hold the longest. The rate it gives for the
+default model is the one ``forge_cli/rollout/plan.py`` (PREFILL_TOKENS_PER_S) quotes when model.auto_context raises
+the context for a harness's long first prompt.
 
 Same model (the prepared default model unless ``--model-overrides`` picks another), same machine,
 one after the other (never at the same time):
@@ -67,6 +73,39 @@ async def _throughput(base_url: str, model: str, concurrency: int, requests: int
         return tokens / (time.perf_counter() - started)
 
 
+def prefill_side(overrides: list[str], lengths: list[int], repeats: int = 2) -> dict[str, Any]:
+    """Seconds to prefill a fresh prompt of each length (random token ids, one answer token), ``repeats`` times."""
+    import random
+
+    import httpx
+
+    from forge_cli.config.compose import compose
+    from forge_cli.serve import start_server
+
+    need = max(lengths) + 16
+    model = compose([*overrides, f"model.max_model_len={-(-need // 1024) * 1024}"]).experiment.model
+    server = start_server(model, port=0, log=lambda m: print(f"  {m}", file=sys.stderr))
+    rng = random.Random(0)
+    result: dict[str, Any] = {"dtype": server.launch.argv[server.launch.argv.index("--dtype") + 1],
+                              "cores": os.cpu_count(), "seconds": {}}
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=3600) as client:
+            for length in [min(lengths), *lengths]:  # the first: a warm-up, overwritten by its counted run
+                prompt = [rng.randrange(1000, 40000) for _ in range(length)]
+                body = {"model": server.model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+                times = []
+                for _ in range(repeats):
+                    prompt[0] = rng.randrange(1000, 40000)  # a new first token: nothing cached
+                    started = time.perf_counter()
+                    client.post("/completions", json=body).raise_for_status()
+                    times.append(time.perf_counter() - started)
+                result["seconds"][str(length)] = statistics.median(times)
+    finally:
+        server.stop()
+    result["tokens_per_s"] = {k: int(k) / v for k, v in result["seconds"].items() if v}
+    return result
+
+
 def vllm_side(overrides: list[str], max_tokens: int, levels: list[int], restart: bool) -> dict[str, Any]:
     from forge_cli.config.compose import compose
     from forge_cli.serve import start_server, update_weights
@@ -129,10 +168,21 @@ def main() -> None:
                         help="torch threads for transformers (default: the cores vLLM's CPU worker computes on, "
                         "all but one)")
     parser.add_argument("--hf-dtype", default=None, help="transformers dtype (default: the one vLLM serves in)")
+    parser.add_argument("--prefill", default=None, help="comma-separated prompt lengths: time their prefill "
+                        "(vLLM only, no other measurement)")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
     parser.add_argument("overrides", nargs="*", help="experiment overrides selecting the model, e.g. model=vllm ...")
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
+    if args.prefill:
+        measured = prefill_side(args.overrides, [int(x) for x in args.prefill.split(",")])
+        if args.json:
+            print(json.dumps(measured, indent=2))
+        else:
+            for length, seconds in measured["seconds"].items():
+                print(f"prefill {length:>6} tokens: {seconds:6.1f} s ({int(length) / seconds:.0f} tokens/s)")
+            print(f"({measured['dtype']}, {measured['cores']} cores, load average {os.getloadavg()[0]:.1f})")
+        return
 
     from forge_cli.config.compose import compose
     from forge_cli.config.schema import SmolModel

@@ -269,4 +269,21 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
         problems += [p for p in _pydantic_problems(exc, data) if p.split(":")[0] not in missing]
     if problems:
         raise ConfigError(problems)
+    experiment = _context_as_meant(experiment, data, normalised)
     return Composed(experiment=experiment, data=data, overrides=tuple(overrides))
+
+
+def _context_as_meant(experiment: Experiment, data: dict[str, Any], overrides: list[str]) -> Experiment:
+    """A ``model.max_model_len`` the user gives on the command line is taken as meant: ``model.auto_context`` (on
+    by default, which raises the served context to fit the harness's first prompt) is turned off for that run
+    unless the user gives it too, so a context too small for the harness is refused with the fix instead of being
+    silently changed. ``data`` (what the run directory stores) is kept in step."""
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    model = experiment.model
+    if ("model.max_model_len" not in keys or "model.auto_context" in keys
+            or not getattr(model, "auto_context", False)):
+        return experiment
+    model_data = data.get("model")
+    if isinstance(model_data, dict):
+        model_data["auto_context"] = False
+    return experiment.model_copy(update={"model": model.model_copy(update={"auto_context": False})})

@@ -239,8 +239,9 @@ class _VllmServed(_ModelBase):
     chat_template: str | None = None
     context_extension: Literal["yarn", "none"] = "yarn"
     # raise max_model_len to fit the harness's own first prompt (harness.min_context) plus max_output_tokens
-    # instead of refusing the run (past the native context: context_extension)
-    auto_context: bool = False
+    # instead of refusing the run (past the native context: context_extension). On by default; a max_model_len the
+    # user sets on the command line is taken as meant (compose() turns this off unless model.auto_context is given too)
+    auto_context: bool = True
     extra_args: list[str] = []
 
 

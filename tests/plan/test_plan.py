@@ -137,18 +137,24 @@ def test_dry_run_cli_text_default() -> None:
         assert needle in result.stdout
 
 
-def test_served_context_too_small_for_the_harness_prompt_is_refused() -> None:
-    """Qwen Code's own first prompt (~18,000 tokens) + 160 answer tokens cannot fit SmolLM2's native 8,192: the plan
-    refuses with the fix (18,160 rounded up to 1,024s: 18,432), or serves that much with model.auto_context."""
-    with pytest.raises(UserError) as raised:
-        build_plan(compose(["+harness=qwen-code"]).experiment)
-    assert raised.value.exit_code == 2 and "qwen-code" in raised.value.message and "18160" in raised.value.message
-    assert raised.value.fix and "model.max_model_len=18432" in raised.value.fix and "auto_context" in raised.value.fix
+def test_served_context_too_small_for_the_harness_prompt_is_raised_by_default_and_refused_when_meant() -> None:
+    """Qwen Code's own first prompt (~18,000 tokens) + 160 answer tokens cannot fit SmolLM2's native 8,192. On the
+    defaults the plan serves 18,432 (18,160 rounded up to 1,024s) and says so; a max_model_len the user sets is
+    taken as meant: refused with the fix unless model.auto_context=true is given too (false: always refused)."""
+    auto = build_plan(compose(["+harness=qwen-code"]).experiment)
+    assert any("max_model_len=18432 instead of 8192" in w for w in auto.warnings)
+    for meant in (["model.max_model_len=8192"], ["model.auto_context=false"]):
+        with pytest.raises(UserError) as raised:
+            build_plan(compose(["+harness=qwen-code", *meant]).experiment)
+        assert raised.value.exit_code == 2 and "qwen-code" in raised.value.message
+        assert "18160" in raised.value.message
+        assert raised.value.fix and "model.max_model_len=18432" in raised.value.fix
+        assert "auto_context" in raised.value.fix
+    both = build_plan(compose(["+harness=qwen-code", "model.max_model_len=8192", "model.auto_context=true"]).experiment)
+    assert any("max_model_len=18432 instead of 8192" in w for w in both.warnings)
     served = build_plan(compose(["+harness=qwen-code", "model.max_model_len=18160"]).experiment)
     assert not any("max_model_len" in w for w in served.warnings)
     assert not any("max_model_len" in w for w in build_plan(compose(["+harness=pi"]).experiment).warnings)
-    auto = build_plan(compose(["+harness=qwen-code", "model.auto_context=true"]).experiment)
-    assert any("max_model_len=18432 instead of 8192" in w for w in auto.warnings)
     # the harness is configured for the context served (OpenClaw: 9,000 + 160 -> 9,216)
-    openclaw = build_plan(compose(["+harness=openclaw", "model.auto_context=true"]).experiment)
+    openclaw = build_plan(compose(["+harness=openclaw"]).experiment)
     assert "contextWindow: 9216" in json.dumps(openclaw.rollouts[0].config_files)

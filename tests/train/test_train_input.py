@@ -2,7 +2,7 @@
 
 The group size has one key (algo.group_size; rollout.samples_per_task follows it); a harness whose own first
 prompt cannot fit the served context is refused (forge rollout and forge eval too) unless model.auto_context
-raises it; a checkpoint of another model is refused on --resume, naming both."""
+raises it (on by default; off when the user sets model.max_model_len); a checkpoint of another model is refused on --resume, naming both."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _refused(result: object, *needles: str) -> None:
                                       "fix: give one of them: algo.group_size=2"]),
     (["algo=dapo", "model.max_output_tokens=16"], ["algo.overlong_buffer_tokens=32 does not fit",
                                                     "algo.overlong_buffer_tokens=3 "]),
-    (["+harness=gemini-cli"], ["gemini-cli's own first prompt is ~11500 tokens", "a context of 11660",
+    (["+harness=gemini-cli", "model.max_model_len=8192"], ["gemini-cli's own first prompt is ~11500 tokens", "a context of 11660",
                                "model.max_model_len=12288", "model.auto_context=true"]),
 ])
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
@@ -61,14 +61,16 @@ def test_the_group_size_is_one_key(tmp_path: Path) -> None:
 @pytest.mark.parametrize("command", ["rollout", "eval", "train"])
 def test_a_harness_prompt_that_cannot_fit_is_refused_by_every_command(tmp_path: Path, command: str) -> None:
     for dry_run in (["--dry-run"], []):
-        result = forge(command, *dry_run, "+harness=openclaw", f"run.output_dir={tmp_path}")
-        _refused(result, "openclaw's own first prompt is ~9000 tokens", "model.max_model_len=9216")
+        result = forge(command, *dry_run, "+harness=openclaw", "model.max_model_len=8192", f"run.output_dir={tmp_path}")
+        _refused(result, "openclaw's own first prompt is ~9000 tokens", "model.max_model_len=9216",
+                 "model.auto_context=true")
     assert not any(tmp_path.iterdir())
-    # auto_context raises the context to fit, and the plan says so
-    result = forge(command, "--dry-run", "+harness=openclaw", "model.auto_context=true", f"run.output_dir={tmp_path}")
-    assert result.returncode == 0, result.stderr
-    assert "model.auto_context: serving max_model_len=9216 instead of 8192" in result.stdout
-    assert "contextWindow: 9216" in result.stdout
+    # on the defaults (model.auto_context: true) the context is raised to fit, and the plan says so
+    for auto in ([], ["model.max_model_len=8192", "model.auto_context=true"]):
+        result = forge(command, "--dry-run", "+harness=openclaw", *auto, f"run.output_dir={tmp_path}")
+        assert result.returncode == 0, result.stderr
+        assert "model.auto_context: serving max_model_len=9216 instead of 8192" in result.stdout
+        assert "contextWindow: 9216" in result.stdout
     # only where forge serves the model: an API endpoint's context is what it is (forge train refuses an endpoint
     # it cannot update first, tests/train/test_train_cli.py)
     if command == "train":
