@@ -103,6 +103,29 @@ def tools_plan(exp: Experiment, task: Task, ctx: ToolsContext) -> dict[str, Any]
 # auto_context raises max_model_len to a multiple of this
 CONTEXT_STEP = 1024
 
+# seconds to prefill one fresh prompt of N tokens with the default model (SmolLM2-135M) on a 2-core CPU with native
+# bf16 (AVX512-BF16/AMX; vLLM serves bfloat16): `benchmarks/serve.py --prefill 2000,9000,11500`, 2026-12-05, quiet.
+# Not measured on an AVX2-only CPU (float32), where it is slower.
+PREFILL_S_NATIVE_BF16 = {2000: 1.3, 9000: 10.3, 11500: 14.8}
+
+
+def prefill_cost(exp: Experiment, tokens: int) -> str:
+    """What prefilling a ``tokens``-long first prompt costs per call on this machine, as far as it was measured."""
+    from forge_cli.config.schema import SmolModel
+    from forge_cli.serve.server import cpu_has_native_bf16, serving_dtype
+
+    model = exp.model
+    how = f"`benchmarks/serve.py --prefill {tokens}` measures it"
+    if not isinstance(model, SmolModel) or model.device != "cpu":
+        return f"its prefill cost with this model is not measured here ({how})"
+    if not cpu_has_native_bf16() or serving_dtype(model) != "bfloat16":
+        return f"its prefill cost on this CPU (no native bf16, float32) is not measured yet ({how})"
+    below = [n for n in PREFILL_S_NATIVE_BF16 if n <= tokens] or [min(PREFILL_S_NATIVE_BF16)]
+    nearest = max(below)  # scaled linearly from the nearest measured length at or below it (attention grows faster)
+    seconds = PREFILL_S_NATIVE_BF16[nearest] * tokens / nearest
+    return (f"prefilling it costs ~{seconds:.0f} s per call on a 2-core CPU with native bf16 like this one "
+            f"(measured: {nearest:,} tokens in {PREFILL_S_NATIVE_BF16[nearest]} s)")
+
 
 def check_seed(exp: Experiment) -> None:
     """``rollout.sampling.seed`` on a CPU policy server: refused (exit 2). vLLM 0.32's CPU backend kills its engine
@@ -144,7 +167,8 @@ def fit_context(exp: Experiment) -> tuple[Experiment, str | None]:
     fitted = exp.model_copy(update={"model": model.model_copy(update={"max_model_len": served})})
     return fitted, (f"model.auto_context: serving max_model_len={served} instead of {model.max_model_len}, so that "
                     f"{exp.harness.name}'s own first prompt (~{need} tokens) and a {model.max_output_tokens}-token "
-                    f"answer fit{extension}")
+                    f"answer fit{extension}; {prefill_cost(exp, need)}. A model.max_model_len set on the command "
+                    f"line is kept as given")
 
 
 def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "rollout") -> Plan:

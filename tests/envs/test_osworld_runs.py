@@ -93,3 +93,31 @@ def test_forge_train_one_step_with_react(tmp_path: Path, policy_server: Any) -> 
     finally:
         update_weights(policy_server, default_model_dir(), version="default")
     _no_desktops_left()
+
+
+def test_the_missions_example_trains_one_step_through_openclaw(tmp_path: Path, policy_server: Any) -> None:
+    """`forge train +harness=openclaw +env=osworld` on the defaults (its context raised to fit OpenClaw's ~9,000-token
+    first prompt by model.auto_context), made one step of one task x 2 rollouts long."""
+    from forge_cli.paths import bundles_dir
+    from forge_cli.serve.prepare import default_model_dir
+    from forge_cli.serve.weights import update_weights
+
+    _need()
+    requires("harness:openclaw")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "harnesses").symlink_to(bundles_dir())
+    args = [sys.executable, "-m", "forge_cli", "train", "+harness=openclaw", "+env=osworld",
+            f"env.task_ids=[{TERMINAL}]", "runtime=docker", "algo.group_size=2", "trainer.tasks_per_step=1",
+            "trainer.steps=1", f"proxy.upstream={policy_server.url}", "proxy.port=0",
+            f"run.output_dir={tmp_path / 'runs'}"]
+    try:
+        done = subprocess.run(args, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=3600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "serving max_model_len=9216 instead of 8192" in done.stdout + done.stderr
+        run_dir = next((tmp_path / "runs").iterdir())
+        (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert metrics["step"] == 1
+        _graded(run_dir, 2)
+    finally:
+        update_weights(policy_server, default_model_dir(), version="default")
+    _no_desktops_left()

@@ -1,8 +1,9 @@
 """`forge train` refuses bad input before anything starts: one message, exit 2, no traceback, nothing written.
 
 The group size has one key (algo.group_size; rollout.samples_per_task follows it); a harness whose own first
-prompt cannot fit the served context is refused (forge rollout and forge eval too) unless model.auto_context
-raises it (on by default; off when the user sets model.max_model_len); a checkpoint of another model is refused on --resume, naming both."""
+prompt cannot fit a model.max_model_len the user set is refused (forge rollout and forge eval too) unless
+model.auto_context=true is given as well (on the defaults the context is raised); a checkpoint of another model
+is refused on --resume, naming both."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def _refused(result: object, *needles: str) -> None:
                                       "fix: give one of them: algo.group_size=2"]),
     (["algo=dapo", "model.max_output_tokens=16"], ["algo.overlong_buffer_tokens=32 does not fit",
                                                     "algo.overlong_buffer_tokens=3 "]),
-    (["+harness=gemini-cli", "model.max_model_len=8192"], ["gemini-cli's own first prompt is ~11500 tokens", "a context of 11660",
-                               "model.max_model_len=12288", "model.auto_context=true"]),
+    (["+harness=gemini-cli", "model.max_model_len=8192"], ["gemini-cli's own first prompt is ~11500 tokens",
+                                                           "a context of 11660", "model.max_model_len=12288",
+                                                           "model.auto_context=true"]),
 ])
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
 def test_bad_input_is_one_message_exit_2(tmp_path: Path, args: list[str], needles: list[str], dry_run: bool) -> None:
@@ -129,3 +131,12 @@ def test_a_sampling_seed_on_a_cpu_policy_server_is_refused() -> None:
     done = forge("rollout", "--dry-run", "rollout.sampling.seed=3")
     assert done.returncode == 2 and "CPU Generator does not use offset" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_missions_example_plans_on_the_defaults(tmp_path: Path) -> None:
+    """`forge train +harness=openclaw +env=osworld --dry-run`: exit 0, the context it chose and its prefill cost."""
+    result = forge("train", "--dry-run", "+harness=openclaw", "+env=osworld", f"run.output_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "serving max_model_len=9216 instead of 8192" in out and "prefill" in out, out[:2000]
+    assert not any(tmp_path.iterdir()), "a dry run writes nothing"
