@@ -54,6 +54,12 @@ def export(
         show_default=False)] = None,
     no_text: Annotated[bool, typer.Option("--no-text", help="Leave the decoded text columns empty.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    sft: Annotated[bool, typer.Option("--sft", help="SFT samples instead: each call's request rendered with the "
+                                      "student's chat template (--tokenizer DIR; default the run's model, else "
+                                      "forge's default model) and the recorded answer as the assistant turn, loss on "
+                                      "it only; for runs whose answers came from a teacher endpoint.")] = False,
+    min_reward: Annotated[float, typer.Option("--min-reward", help="With --sft: keep only rollouts whose reward "
+                                              "is at least this (rejection sampling).")] = 1.0,
 ) -> None:
     """Build the run's training samples (token ids, loss masks, rollout logprobs, rewards, advantages, rollout and
     segment ids, decoded text) and write them for SFT, rejection sampling or another trainer.
@@ -70,6 +76,9 @@ def export(
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory", fix="give the directory `forge rollout` printed",
                         exit_code=2)
+    if sft:
+        _export_sft(run_dir, out, fmt, tokenizer, min_reward, as_json)
+        return
     if max_seq_len is not None and max_seq_len < 2:
         raise UserError(f"--max-seq-len {max_seq_len}: must be at least 2", exit_code=2)
     config = _run_config(run_dir)
@@ -110,3 +119,22 @@ def export(
                    + (f", dropped: {dropped}" if dropped else ""))
     if note:
         typer.echo(f"note: {note}", err=True)
+
+
+def _export_sft(run_dir: Path, out: Path, fmt: str, tokenizer: Path | None, min_reward: float, as_json: bool) -> None:
+    from forge_cli.serve.prepare import default_model_dir
+    from forge_cli.train.samples_export import model_dir_of_run
+    from forge_cli.train.sft import export_sft
+
+    if fmt != "parquet":
+        raise UserError(f"--sft writes Parquet only, not --format {fmt}", fix="drop --format", exit_code=2)
+    if tokenizer is not None and not tokenizer.is_dir():
+        raise UserError(f"--tokenizer {tokenizer}: no such directory", exit_code=2)
+    model_dir = tokenizer or model_dir_of_run(run_dir) or default_model_dir()
+    summary = export_sft(run_dir, out, model_dir, min_reward)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    typer.echo(f"wrote {summary['sequences']} SFT sequences ({summary['calls']} calls, {summary['loss_tokens']} loss "
+               f"tokens of {summary['tokens']}) from {summary['kept']} of {summary['rollouts']} rollouts with reward "
+               f">= {min_reward} to {out}, in the tokens of {model_dir}")
