@@ -189,3 +189,51 @@ def export_sft(run_dir: Path, out: Path, model_dir: Path, min_reward: float) -> 
     return {"out": str(out), "student": str(model_dir), "min_reward": min_reward, "rollouts": rollouts,
             "kept": kept, "sequences": len(rows), "calls": sum(r["calls"] for r in rows),
             "loss_tokens": sum(r["loss_tokens"] for r in rows), "tokens": sum(len(r["input_ids"]) for r in rows)}
+
+
+def as_samples(sequences: Iterable[SftSequence]) -> list[Any]:
+    """The sequences as the trainers' ``Sample``: the context before the first loss token as the prompt, the rest
+    as the response with its loss mask (each sequence its own group; no rollout logprobs: a teacher's tokens were
+    never sampled by the student)."""
+    from forge_cli.train.sample import Sample
+
+    out = []
+    for n, seq in enumerate(sequences):
+        first = seq.loss_mask.index(1) if 1 in seq.loss_mask else len(seq.input_ids)
+        response = seq.input_ids[first:]
+        out.append(Sample(rollout_id=seq.rollout_id, group_id=f"sft-{n}", task_id=seq.task_id, segment=0,
+                          prompt_ids=seq.input_ids[:first], response_ids=response, loss_mask=seq.loss_mask[first:],
+                          rollout_logprobs=[0.0] * len(response), reward=seq.reward or 0.0, calls=seq.calls,
+                          harness="teacher"))
+    return out
+
+
+def nll(trainer: Any, samples: list[Any], train: bool) -> dict[str, float]:
+    """Token-mean negative log-likelihood of ``samples``' loss tokens under ``trainer``'s model (a ``LocalTrainer``);
+    with ``train``, one AdamW step on it (micro-batches of ``trainer.micro_batch_tokens`` accumulated so that the
+    gradient is that of the whole batch's token mean, clipped to ``trainer.max_grad_norm``)."""
+    import torch
+
+    from forge_cli.train.local import pack
+
+    config = trainer.trainer
+    total = sum(s.loss_tokens for s in samples)
+    if total == 0:
+        raise SftError("no loss tokens in the SFT batch: every sequence is context only")
+    loss_sum = 0.0
+    grad_norm = 0.0
+    if train:
+        trainer.optimizer.zero_grad(set_to_none=True)
+    with torch.set_grad_enabled(train):
+        for batch in pack(samples, config.micro_batch_tokens):
+            logprobs, mask = trainer.logprobs(batch)
+            loss = -(logprobs * mask).sum() / total
+            if train:
+                loss.backward()
+            loss_sum += float(loss.detach())
+    if train:
+        params = [p for p in trainer.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+        trainer.optimizer.step()
+        trainer.steps += 1
+    return {"nll": loss_sum, "loss_tokens": float(total), "grad_norm": grad_norm}
