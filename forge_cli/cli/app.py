@@ -22,6 +22,7 @@ from forge_cli.cli import (
     samples_cmd,
     sandbox_cmd,
     serve_cmd,
+    sft_cmd,
     traces_cmd,
     train_cmd,
 )
@@ -45,6 +46,7 @@ app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
 app.command("eval")(eval_cmd.eval_)
 app.command("train")(train_cmd.train)
+app.command("sft")(sft_cmd.sft)
 app.command("doctor")(doctor_cmd.doctor)
 app.command("proxy")(proxy_cmd.proxy)
 app.add_typer(traces_cmd.app, name="traces")
