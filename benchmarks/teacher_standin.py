@@ -17,7 +17,10 @@ proxy, wire-format translations, sandboxes and verifiers. It is **never** in an 
   tool result it gives a short final answer (or, where the harness asks to be told with a command such as
   ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``, calls the tool with that command);
 - answers stream when asked (``stream: true``, with ``stream_options.include_usage``); it returns no token ids, as
-  a real API does not. Any bearer key is accepted and none is logged.
+  a real API does not. Any bearer key is accepted and none is logged, unless it is made to behave like a paid API
+  (``--key-env VAR``): then it requires that key (401), refuses vLLM's own request fields such as
+  ``return_token_ids`` (400), and ``--busy N`` answers the first N requests 429 (what ``forge distill``'s retries
+  are for).
 
 The other wire formats (Responses, Anthropic Messages, Gemini) reach it through the proxy's translations to Chat
 Completions, as they reach vLLM.
@@ -29,6 +32,7 @@ import argparse
 import contextlib
 import http.server
 import json
+import os
 import re
 import sys
 import threading
@@ -89,10 +93,31 @@ def shell_tool(tools: list[dict[str, Any]]) -> tuple[str, str, bool] | None:
 class Teacher:
     """The answers, as a pure function of a request body (the HTTP server below only carries them)."""
 
-    def __init__(self, known: list[Known]) -> None:
+    def __init__(self, known: list[Known], key: str | None = None, busy: int = 0) -> None:
         # longest instruction first: an instruction that contains another is matched as itself
         self.known = sorted(known, key=lambda k: -len(k.instruction))
         self.served: list[str] = []  # task ids answered, in order (what the benchmark checks against val / test)
+        # like a paid API: a bearer key it requires (None: any), fields it does not know refused (400), and the
+        # first ``busy`` requests answered 429 (rate limited)
+        self.key, self.busy = key, busy
+        self.keys_seen: set[str] = set()
+        self.lock = threading.Lock()
+
+    def admit(self, authorization: str | None, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """An API's refusals before any answer: a wrong key (401), a rate limit (429), an unknown field (400)."""
+        presented = (authorization or "").removeprefix("Bearer ").strip()
+        with self.lock:
+            self.keys_seen.add(presented)
+            if self.key is not None and presented != self.key:
+                return 401, _error("invalid API key", "invalid_api_key")
+            if self.busy > 0:
+                self.busy -= 1
+                return 429, _error("rate limited: try again later", "rate_limit_exceeded")
+        unknown = sorted(set(body) & {"return_token_ids", "prompt_logprobs", "skip_special_tokens"})
+        if self.key is not None and unknown:  # a paid API's strictness (vLLM's own fields)
+            return 400, _error(f"Unrecognized request argument supplied: {', '.join(unknown)}",
+                               "invalid_request_error")
+        return None
 
     def match(self, messages: list[dict[str, Any]]) -> Known | None:
         said = normalise(" ".join(_text(m.get("content")) for m in messages if m.get("role") in ("user", "system")))
@@ -188,7 +213,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, _error(f"no route {self.path}: the stand-in serves /v1/chat/completions", "not_found"))
             return
-        status, payload = self.teacher.answer(body)
+        refused = self.teacher.admit(self.headers.get("Authorization"), body)
+        status, payload = refused or self.teacher.answer(body)
         if status != 200 or not body.get("stream"):
             self._send(status, payload)
             return
@@ -222,7 +248,7 @@ class TeacherServer:
         self.httpd.server_close()
 
 
-def builtin_teacher(overrides: tuple[str, ...] | list[str] = ()) -> Teacher:
+def builtin_teacher(overrides: tuple[str, ...] | list[str] = (), key: str | None = None, busy: int = 0) -> Teacher:
     """A teacher of the builtin suite's train split (its instances drawn by ``overrides``, e.g.
     ``env.options.seed=1000``), refusing the val and test tasks of the same draw."""
     from forge_cli.config.compose import compose
@@ -234,7 +260,7 @@ def builtin_teacher(overrides: tuple[str, ...] | list[str] = ()) -> Teacher:
         for task in load_tasks(env).tasks:
             solution = task.metadata.get("solution") if split == "train" else None
             known.append(Known(task.id, split, normalise(task.instruction), solution))
-    return Teacher(known)
+    return Teacher(known, key, busy)
 
 
 def main() -> None:
@@ -244,8 +270,16 @@ def main() -> None:
         extra, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=8500, help="port on 127.0.0.1 (0: any free one)")
+    parser.add_argument("--key-env", default=None, help="behave like a paid API: require the key in this "
+                                                        "environment variable, refuse vLLM's own fields")
+    parser.add_argument("--busy", type=int, default=0, help="answer the first N requests 429 (rate limited)")
     args = parser.parse_args(argv)
-    teacher = builtin_teacher(extra)
+    key = None
+    if args.key_env:
+        key = os.environ.get(args.key_env)
+        if not key:
+            parser.error(f"--key-env {args.key_env}: ${args.key_env} is not set")
+    teacher = builtin_teacher(extra, key, args.busy)
     with TeacherServer(teacher, args.port) as server:
         print(f"teacher stand-in: {server.base_url} ({sum(k.solution is not None for k in teacher.known)} train "
               f"tasks; val and test refused)", flush=True)

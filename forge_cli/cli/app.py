@@ -10,6 +10,7 @@ from forge_cli import __version__
 from forge_cli.cli import (
     browser_cmd,
     config_cmd,
+    distill_cmd,
     doctor_cmd,
     eval_cmd,
     harness_cmd,
@@ -46,6 +47,7 @@ app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
 app.command("eval")(eval_cmd.eval_)
 app.command("train")(train_cmd.train)
+app.command("distill")(distill_cmd.distill)
 app.command("sft")(sft_cmd.sft)
 app.command("doctor")(doctor_cmd.doctor)
 app.command("proxy")(proxy_cmd.proxy)

@@ -263,6 +263,9 @@ class OpenAICompatibleModel(_ModelBase):
     base_url: str
     model: str
     api_key_env: str | None = None
+    # ask the endpoint for token ids and logprobs (vLLM's return_token_ids / logprobs); false for an API that rejects
+    # fields it does not know: records then hold the messages and answers only (what forge distill needs)
+    request_token_ids: bool = True
 
 
 ModelConfig = Annotated[SmolModel | VllmModel | OpenAICompatibleModel, Field(discriminator="source")]

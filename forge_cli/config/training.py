@@ -98,6 +98,9 @@ class TrainerConfig(Strict):
     micro_batch_tokens: Annotated[int, Field(gt=0)] = 4096
     # recompute activations in the backward pass (much less memory, ~30% more compute)
     gradient_checkpointing: bool = True
+    # local trainer: a micro-batch's common prefix (a harness's system prompt, a group's first prompt) computed once
+    # and its cache shared by the rows (forge_cli/train/prefix.py); not in backward passes with gradient_checkpointing
+    share_prefix: bool = True
     # forward/backward numerics: bf16 autocast over float32 weights, gradients and AdamW state ("bf16"), all float32
     # ("float32"), or "auto": bf16 on a GPU that supports it and on CPUs with native bf16 (AVX512-BF16, AMX)
     precision: Literal["auto", "bf16", "float32"] = "auto"

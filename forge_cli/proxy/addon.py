@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ class ForgeProxy:
         self.recorder = Recorder(self.metrics)
         self.control: Control | None = None
         self.limits = Limits()
+        self.upstream_auth: bytes | None = None  # 'Bearer <the upstream's key>' (forge_upstream_key_env)
         self.max_header_bytes = 65536
         self.deadlines = transport.ClientDeadlines()
         self.upstream_deadline = upstream.Deadline()
@@ -75,6 +77,10 @@ class ForgeProxy:
         loader.add_option("forge_max_header_kb", int, 64, "Largest request header block accepted, in KiB.")
         loader.add_option("forge_weight_version", str, "0", "Initial weight version stamped on records.")
         loader.add_option("forge_sampling", str, "", "JSON object of sampling parameters enforced on every call.")
+        loader.add_option("forge_capture", bool, True, "Ask the upstream for token ids and logprobs (vLLM's fields; "
+                          "off for an external API that rejects unknown fields).")
+        loader.add_option("forge_upstream_key_env", str, "", "Environment variable holding the upstream's API key, "
+                          "sent as 'Authorization: Bearer' (never recorded or logged; empty: none).")
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -83,7 +89,13 @@ class ForgeProxy:
             if not urls:
                 raise exceptions.OptionsError("forge_upstreams: at least one policy server URL is required")
             self.registry = Registry(urls)
-        if updated & {"forge_max_output_tokens", "forge_model", "forge_sampling"}:
+        if "forge_upstream_key_env" in updated:
+            name = opts.forge_upstream_key_env
+            key = os.environ.get(name, "") if name else ""
+            if name and not key:
+                raise exceptions.OptionsError(f"forge_upstream_key_env: ${name} is not set")
+            self.upstream_auth = f"Bearer {key}".encode() if key else None
+        if updated & {"forge_max_output_tokens", "forge_model", "forge_sampling", "forge_capture"}:
             if opts.forge_max_output_tokens < 0:
                 raise exceptions.OptionsError("forge_max_output_tokens must be >= 0")
             try:
@@ -93,7 +105,7 @@ class ForgeProxy:
             if not isinstance(sampling, dict):
                 raise exceptions.OptionsError("forge_sampling must be a JSON object")
             self.limits = Limits(max_output_tokens=opts.forge_max_output_tokens, model=opts.forge_model,
-                                 sampling=sampling)
+                                 sampling=sampling, capture=opts.forge_capture)
         if "forge_max_header_kb" in updated:
             if opts.forge_max_header_kb <= 0:
                 raise exceptions.OptionsError("forge_max_header_kb must be > 0")
@@ -212,7 +224,7 @@ class ForgeProxy:
     def _forward(self, flow: http.HTTPFlow, call: Call, upstream_path: str, record: bool = True) -> None:
         assert call.rollout is not None
         target = self.registry.pick(call.rollout)
-        routing.point(flow, target, upstream_path)
+        routing.point(flow, target, upstream_path, self.upstream_auth)
         if not record:
             flow.metadata.pop("forge", None)
             return

@@ -140,12 +140,16 @@ def start_proxy(
     ready_timeout_s: float = 30.0,
     extra_args: list[str] | None = None,
     admin_token: str | None = None,
+    capture: bool = True,
+    upstream_key_env: str | None = None,
 ) -> ProxyHandle:
     """Run mitmdump in reverse mode with forge's addon, bound to ``host`` (loopback), and wait until it serves.
 
     ``max_output_tokens=None`` reads the first upstream's context length from ``/v1/models``. ``sampling`` (e.g.
     ``{"temperature": 0.3}``) replaces the harness's sampling parameters on every call. ``admin_token`` (e.g. from a
-    deployment's secret) instead of a new random one.
+    deployment's secret) instead of a new random one. ``capture=False``: ask the upstream for no token ids (an
+    external API). ``upstream_key_env``: the environment variable holding the upstream's API key; only its name
+    goes on the child's command line, the child reads the key from its environment.
     """
     from forge_cli.config.schema import upstream_urls
 
@@ -153,6 +157,9 @@ def start_proxy(
         urls = upstream_urls(upstreams if isinstance(upstreams, str) else ",".join(upstreams))
     except ValueError as exc:
         raise UserError(f"upstream: {exc}", fix="pass --upstream http://127.0.0.1:8000[,URL...]", exit_code=2) from None
+    if upstream_key_env and not os.environ.get(upstream_key_env):
+        raise UserError(f"the upstream's API key: ${upstream_key_env} is not set",
+                        fix=f"export {upstream_key_env}=<key>", exit_code=2)
     mitmdump = mitmdump_path()
     if not mitmdump.exists():
         raise UserError(f"mitmdump not found at {mitmdump}", fix="run: scripts/setup.sh mitmproxy")
@@ -188,6 +195,8 @@ def start_proxy(
         "forge_max_header_kb": str(max_header_kb),
         "forge_weight_version": weight_version,
         "forge_sampling": json.dumps(sampling or {}, separators=(",", ":")),
+        "forge_capture": str(capture).lower(),
+        "forge_upstream_key_env": upstream_key_env or "",
     }
     cmd = [str(mitmdump.with_name("python")), "-m", "forge_cli.proxy.main",
            "--mode", f"reverse:{urls[0]}@{host}:{port}"]

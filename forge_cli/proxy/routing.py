@@ -133,10 +133,12 @@ def is_models_listing(flow: http.HTTPFlow, call: Call) -> bool:
     return flow.request.method == "GET" and call.path.split("?")[0].rstrip("/") in ("/v1/models", "/models")
 
 
-def point(flow: http.HTTPFlow, upstream: Upstream, upstream_path: str) -> None:
-    """Send the flow to ``upstream``: one pass over the header fields replaces credentials, encoding and host."""
+def point(flow: http.HTTPFlow, upstream: Upstream, upstream_path: str, authorization: bytes | None = None) -> None:
+    """Send the flow to ``upstream``: one pass over the header fields replaces credentials (the client's rollout key
+    never leaves; ``authorization``, the upstream's own, goes instead), encoding and host."""
     req = flow.request
     req.scheme, req.host, req.port = upstream.scheme, upstream.host, upstream.port
     req.path = upstream.prefix + upstream_path
     fields = tuple(f for f in req.headers.fields if f[0].lower() not in _REPLACED_HEADERS)
-    req.headers.fields = (*fields, (b"host", upstream.hostport), (b"accept-encoding", b"identity"))
+    auth_field = ((b"authorization", authorization),) if authorization else ()
+    req.headers.fields = (*fields, *auth_field, (b"host", upstream.hostport), (b"accept-encoding", b"identity"))

@@ -47,6 +47,15 @@ def policy_server(exp: Experiment, log: Log) -> Iterator[str]:
         server.stop()
 
 
+def upstream_settings(exp: Experiment) -> dict[str, Any]:
+    """What the proxy tells the upstream: the model name it expects (an external endpoint's ``model.model``, else
+    the served name), whether to ask it for token ids, and the environment variable holding its API key."""
+    model = exp.model
+    if isinstance(model, OpenAICompatibleModel):
+        return {"model": model.model, "capture": model.request_token_ids, "upstream_key_env": model.api_key_env}
+    return {"model": model.served_name}
+
+
 def check_proxy_port(exp: Experiment) -> None:
     """A fixed ``proxy.port`` already in use: UserError before anything starts (checked again at the start)."""
     port = exp.proxy.port
@@ -75,7 +84,7 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path,
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
                          max_body_mb=exp.proxy.max_body_mb, max_header_kb=exp.proxy.max_header_kb,
                          upstream_timeout_s=exp.proxy.upstream_timeout_s, max_output_tokens=exp.model.max_output_tokens,
-                         model=exp.model.served_name, sampling=sampling, ready_timeout_s=PROXY_READY_S)
+                         sampling=sampling, ready_timeout_s=PROXY_READY_S, **upstream_settings(exp))
     try:
         if not handle.alive():
             raise UserError(f"the capture proxy did not start; see {handle.log_file}")
@@ -124,8 +133,8 @@ def local_replicas(exp: Experiment, upstream: str, store: Path,
             handle = start_proxy(upstream, port=port, store=store.parent / "proxy" / f"replica-{index}.sqlite",
                                  host=exp.proxy.host, max_body_mb=exp.proxy.max_body_mb,
                                  max_header_kb=exp.proxy.max_header_kb, upstream_timeout_s=exp.proxy.upstream_timeout_s,
-                                 max_output_tokens=exp.model.max_output_tokens, model=exp.model.served_name,
-                                 sampling=sampling, ready_timeout_s=PROXY_READY_S)
+                                 max_output_tokens=exp.model.max_output_tokens, sampling=sampling,
+                                 ready_timeout_s=PROXY_READY_S, **upstream_settings(exp))
             handle.token_file.unlink(missing_ok=True)
             replicas.append(Replica(RemoteProxy(url=handle.url, admin_token=handle.admin_token, store=store),
                                     proxy_endpoint(exp, port), local_store=handle.store, stop=handle.stop))

@@ -24,8 +24,8 @@ prompt_token_ids       list<int32>  token ids of the rendered prompt, from the p
 completion_token_ids   list<int32>  sampled token ids, from the policy server
 completion_logprobs    list<float>  logprob of each sampled token (same length as completion ids)
 finish_reason          string       ``stop`` | ``length`` | ``tool_calls`` | … (upstream's)
-prompt_tokens          int32        len(prompt_token_ids)
-completion_tokens      int32        len(completion_token_ids)
+prompt_tokens          int32        len(prompt_token_ids); with no ids (an external API), its usage count
+completion_tokens      int32        len(completion_token_ids); with no ids, its usage count
 headers                json         request headers minus credentials (session ids, traceparent, …)
 t_start                float64      unix time the request was complete at the proxy
 t_first_byte           float64      unix time the first response byte arrived from the upstream

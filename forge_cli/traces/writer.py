@@ -100,6 +100,7 @@ def _build_row(meta: dict[str, Any], blobs: dict[str, bytes], found: Blobs | Non
         model = assembled.response.get("model")
     prompt_ids = assembled.prompt_token_ids if assembled else None
     completion_ids = assembled.completion_token_ids if assembled else None
+    usage = usage_counts(assembled.response if assembled else None)
     return {
         "rollout_id": meta["rollout_id"], "seq": meta["seq"], "wire_format": meta["wire_format"],
         "path": meta.get("path"), "model": model, "stream": int(bool(meta.get("stream"))), "status": status,
@@ -111,12 +112,28 @@ def _build_row(meta: dict[str, Any], blobs: dict[str, bytes], found: Blobs | Non
         "prompt_token_ids": _dump(prompt_ids), "completion_token_ids": _dump(completion_ids),
         "completion_logprobs": _dump(assembled.completion_logprobs if assembled else None),
         "finish_reason": assembled.finish_reason if assembled else None,
-        "prompt_tokens": len(prompt_ids) if prompt_ids is not None else None,
-        "completion_tokens": len(completion_ids) if completion_ids is not None else None,
+        "prompt_tokens": len(prompt_ids) if prompt_ids is not None else usage[0],
+        "completion_tokens": len(completion_ids) if completion_ids is not None else usage[1],
         "headers": _dump(meta.get("headers")), "t_start": meta.get("t_start"),
         "t_first_byte": meta.get("t_first_byte"), "t_end": meta.get("t_end"),
         "request_bytes": len(blobs.get("request") or b""), "response_bytes": len(upstream_body),
     }
+
+
+def usage_counts(response: Any) -> tuple[int | None, int | None]:
+    """(prompt, completion) tokens an answer's usage reports, in any of the four wire formats (Chat Completions,
+    Responses, Anthropic Messages, Gemini); the counts of an upstream that returns no token ids (an external API)."""
+    if not isinstance(response, dict):
+        return None, None
+    usage = response.get("usage") or response.get("usageMetadata")
+    if not isinstance(usage, dict):
+        return None, None
+    for prompt, completion in (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens"),
+                               ("promptTokenCount", "candidatesTokenCount")):
+        if isinstance(usage.get(prompt), int):
+            value = usage.get(completion)
+            return int(usage[prompt]), int(value) if isinstance(value, int) else None
+    return None, None
 
 
 def apply(conn: Any, bodies: list[bytes]) -> int:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from forge_cli.config.schema import AlgoConfig, TrainerConfig
 from forge_cli.train.backend import TrainerBackend
+from forge_cli.train.prefix import shared_length
 from forge_cli.train.sample import Sample
 
 if TYPE_CHECKING:
@@ -69,19 +70,28 @@ def load_model(directory: Path) -> Any:
     return loader.from_pretrained(directory, dtype=torch.float32)
 
 
-def pack(samples: list[Sample], max_tokens: int) -> list[list[Sample]]:
-    """Consecutive micro-batches whose padded size (rows x longest row) stays within ``max_tokens``; a sample
-    longer than that is a micro-batch of its own."""
+def pack(samples: list[Sample], max_tokens: int, share: bool = False) -> list[list[Sample]]:
+    """Consecutive micro-batches whose size stays within ``max_tokens``: rows x longest row after padding, or with
+    ``share`` (``forge_cli/train/prefix.py``) their shared prefix once plus rows x longest suffix; a sample longer
+    than that is a micro-batch of its own."""
+    from forge_cli.train.prefix import MIN_SHARED, common_prefix
+
     batches: list[list[Sample]] = []
     current: list[Sample] = []
-    longest = 0
+    longest = shared = 0
     for sample in sorted(samples, key=lambda s: len(s.input_ids)):
         size = len(sample.input_ids)
-        if current and max(longest, size) * (len(current) + 1) > max_tokens:
+        grown = 0  # the shared prefix with this sample added
+        if share and current:
+            grown = common_prefix(current[0].input_ids, sample.input_ids, min(shared, len(sample.prompt_ids) - 1))
+            grown = grown if grown >= MIN_SHARED else 0
+        if current and grown + (max(longest, size) - grown) * (len(current) + 1) > max_tokens:
             batches.append(current)
             current, longest = [], 0
+        if not current:  # a row alone: the most a later row can share with it
+            grown = len(sample.prompt_ids) - 1 if share else 0
         current.append(sample)
-        longest = max(longest, size)
+        longest, shared = max(longest, size), grown
     if current:
         batches.append(current)
     return batches
@@ -197,21 +207,32 @@ class LocalTrainer(TrainerBackend, kind="local"):
             for row, (values, row_mask) in enumerate(rows):
                 out[row, :values.shape[1]], mask[row, :row_mask.shape[1]] = values[0], row_mask[0]
             return out, mask
-        width = max(len(s.input_ids) for s in batch)
+        # a prefix every row shares, computed once (forge_cli/train/prefix.py); each row's own part after it
+        shared = shared_length(batch) if self._shares(batch) else 0
+        width = max(len(s.input_ids) for s in batch) - shared
         span = max(len(s.response_ids) for s in batch)
         ids = torch.zeros((len(batch), width), dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        attention = torch.zeros((len(batch), shared + width), dtype=torch.long)
+        attention[:, :shared] = 1
         for row, sample in enumerate(batch):
-            n = len(sample.input_ids)
-            ids[row, width - n:] = torch.tensor(sample.input_ids)
-            attention[row, width - n:] = 1
-        positions = (attention.cumsum(-1) - 1).clamp_min(0)
+            n = len(sample.input_ids) - shared
+            ids[row, width - n:] = torch.tensor(sample.input_ids[shared:])
+            attention[row, shared + width - n:] = 1
+        positions = (attention.cumsum(-1) - 1).clamp_min(0)[:, shared:]
         ids, attention, positions = ids.to(self.device), attention.to(self.device), positions.to(self.device)
         # bf16 autocast: matmuls in bf16, the weights (and so gradients and AdamW state) stay float32
         pixels = self._pixels(batch[0]) if batch[0].images else {}
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                                logits_to_keep=span + 1, **pixels).logits.float()
+        # a checkpointed model in training mode drops caches: a forward-only pass that shares runs in eval mode
+        training = self.model.training
+        if shared and self.trainer.gradient_checkpointing:
+            self.model.eval()
+        try:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                cache = self._prefix_cache(batch[0].input_ids[:shared], len(batch)) if shared else {}
+                logits = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                                    logits_to_keep=span + 1, **cache, **pixels).logits.float()
+        finally:
+            self.model.train(training)
         # logits[:, j] predicts the token at position width - span - 1 + j + 1; response token i of a row (of n
         # response tokens) sits at position width - n + i
         targets = ids[:, width - span:]
@@ -223,6 +244,29 @@ class LocalTrainer(TrainerBackend, kind="local"):
             out[row, :n] = token_logprobs[row, span - n:]
             mask[row, :n] = torch.tensor(sample.loss_mask, dtype=torch.float32)
         return out, mask
+
+    def sharing(self, grad: bool) -> bool:
+        """Do micro-batches take their shared prefix from one computation (``trainer.share_prefix``), in a pass
+        with (``grad``) or without a backward pass? Not where gradient checkpointing recomputes the forward pass."""
+        return self.trainer.share_prefix and not (grad and self.trainer.gradient_checkpointing)
+
+    def _shares(self, batch: list[Sample]) -> bool:
+        import torch
+
+        if len(batch) < 2 or any(s.images for s in batch):
+            return False
+        return self.sharing(torch.is_grad_enabled())
+
+    def _prefix_cache(self, prefix: list[int], rows: int) -> dict[str, Any]:
+        """The key/value cache of ``prefix`` (one forward pass), repeated for ``rows`` rows."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_repeat_interleave(rows)
+        return {"past_key_values": cache, "use_cache": True}
 
     def _pixels(self, sample: Sample) -> dict[str, Any]:
         """The model's image inputs for one sample (``pixel_values`` and what else its processor gives)."""
@@ -286,7 +330,7 @@ class LocalTrainer(TrainerBackend, kind="local"):
 
         out: dict[int, list[float]] = {}
         with torch.no_grad():
-            for batch in pack(samples, self.trainer.micro_batch_tokens):
+            for batch in pack(samples, self.trainer.micro_batch_tokens, share=self.sharing(grad=False)):
                 logprobs, _ = self.logprobs(batch)
                 for row, sample in enumerate(batch):
                     out[id(sample)] = logprobs[row, :len(sample.response_ids)].tolist()
@@ -304,7 +348,7 @@ class LocalTrainer(TrainerBackend, kind="local"):
         config = PolicyLossConfig(clip_ratio=self.algo.clip_ratio_low, clip_ratio_low=self.algo.clip_ratio_low,
                                   clip_ratio_high=self.algo.clip_ratio_high, clip_ratio_c=self.algo.clip_ratio_c)
         self.optimizer.zero_grad(set_to_none=True)
-        for batch in pack(samples, self.trainer.micro_batch_tokens):
+        for batch in pack(samples, self.trainer.micro_batch_tokens, share=self.sharing(grad=True)):
             logprobs, mask = self.logprobs(batch)
             rollout = _padded([s.rollout_logprobs for s in batch], logprobs.shape[1], self.device)
             if old is not None and id(batch[0]) in old:

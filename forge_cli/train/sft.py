@@ -225,7 +225,7 @@ def nll(trainer: Any, samples: list[Any], train: bool) -> dict[str, float]:
     if train:
         trainer.optimizer.zero_grad(set_to_none=True)
     with torch.set_grad_enabled(train):
-        for batch in pack(samples, config.micro_batch_tokens):
+        for batch in pack(samples, config.micro_batch_tokens, share=trainer.sharing(grad=train)):
             logprobs, mask = trainer.logprobs(batch)
             loss = -(logprobs * mask).sum() / total
             if train:

@@ -20,11 +20,15 @@ class BadRequest(Exception):
 @dataclass(slots=True)
 class Limits:
     """Request rewriting settings: ``max_output_tokens`` caps the client's output limit (0: no cap); ``sampling``
-    (e.g. ``{"temperature": 0.3}``) replaces the client's sampling parameters on every call (empty: pass through)."""
+    (e.g. ``{"temperature": 0.3}``) replaces the client's sampling parameters on every call (empty: pass through);
+    ``capture`` asks the upstream for token ids and logprobs."""
 
     max_output_tokens: int = 0
     model: str = ""
     sampling: dict[str, Any] = field(default_factory=dict)
+    # ask the upstream for token ids and logprobs (vLLM's return_token_ids / logprobs); off for an external API
+    # that rejects fields it does not know (its records then hold the messages and the answer, no ids)
+    capture: bool = True
 
 
 @dataclass(slots=True)

@@ -57,7 +57,7 @@ def prepare(body: bytes, limits: Limits, path: str = "") -> Prepared:
     """
     text = body.strip()
     numbers = None
-    if not limits.model and not limits.sampling and text[:1] == b"{" and text[-1:] == b"}":
+    if limits.capture and not limits.model and not limits.sampling and text[:1] == b"{" and text[-1:] == b"}":
         numbers = _scan_numbers(text)
     if numbers is not None and numbers.get("n", 1) == 1:
         clamped = {k: clamp(v, limits.max_output_tokens) for k, v in numbers.items() if k != "n"}
@@ -73,7 +73,7 @@ def prepare(body: bytes, limits: Limits, path: str = "") -> Prepared:
         return Prepared(body=head + glue + _CAPTURE + b"," + dumps(clamped)[1:], changed=True, rewritten=True)
     obj = load_object(body)
     _check_n(obj)
-    overrides: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
+    overrides: dict[str, Any] = {"return_token_ids": True, "logprobs": True} if limits.capture else {}
     for key in ("max_tokens", "max_completion_tokens"):
         if key in obj and clamp(obj[key], limits.max_output_tokens) != obj[key]:
             overrides[key] = clamp(obj[key], limits.max_output_tokens)
@@ -84,6 +84,10 @@ def prepare(body: bytes, limits: Limits, path: str = "") -> Prepared:
     overrides.update(limits.sampling)
     head = text[:-1].rstrip()
     glue = b"" if head.endswith(b"{") else b","
+    if not overrides:
+        return Prepared(body=body, changed=False, wants_token_ids=bool(obj.get("return_token_ids")),
+                        wants_logprobs=bool(obj.get("logprobs")), stream=bool(obj.get("stream")),
+                        model=obj.get("model"))
     return Prepared(body=head + glue + dumps(overrides)[1:], changed=True, rewritten=len(overrides) > 2,
                     wants_token_ids=bool(obj.get("return_token_ids")), wants_logprobs=bool(obj.get("logprobs")),
                     stream=bool(obj.get("stream")), model=overrides.get("model", obj.get("model")))
@@ -105,8 +109,9 @@ def prepare_object(obj: dict[str, Any], limits: Limits) -> Prepared:
     _check_n(obj)
     wants_logprobs = bool(obj.get("logprobs"))
     wants_ids = bool(obj.get("return_token_ids"))
-    obj["return_token_ids"] = True
-    obj["logprobs"] = True
+    if limits.capture:
+        obj["return_token_ids"] = True
+        obj["logprobs"] = True
     for key in ("max_tokens", "max_completion_tokens"):
         if key in obj:
             obj[key] = clamp(obj[key], limits.max_output_tokens)
