@@ -107,6 +107,7 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
     if val_start is not None:
         say(f"validation nll before training: {val_start:.4f}")
     stopped = False
+    began = time.monotonic()
     try:
         for epoch in range(len(finished), options.epochs):
             if _stale(history, options.patience):
@@ -140,7 +141,8 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
     best = _best(history)
     summary = {"run_dir": str(run_dir), "val_nll_start": val_start, "epochs": history, "stopped_early": stopped,
                "best": str(run_dir / "checkpoints" / f"epoch-{best}") if best else None,
-               "chosen_by": "val_nll" if val_samples else "last epoch", "options": asdict(options)}
+               "chosen_by": "val_nll" if val_samples else "last epoch", "options": asdict(options),
+               "duration_s": round(time.monotonic() - began, 1)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
