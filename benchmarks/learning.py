@@ -3,7 +3,8 @@ held-out test split before and after training, with a control, over independent 
 interval on unseen, non-guided templates.
 
     .venv/bin/python benchmarks/learning.py [--repeats 2] [--steps 10] [--trials 3] [--seed 0] [--split test]
-        [--control eval|train|none] [--output-dir runs/learning] [--json FILE] [recipe options] [-- OVERRIDES]
+        [--control eval|train|none] [--output-dir runs/learning] [--json FILE] [recipe options] [--harness H]
+        [--init CKPT | --sft [--sft-epochs 3 ...]] [-- OVERRIDES]
 
 Each repeat r draws its own task instances (``env.options.seed = seed + 1000 r``) and its own training seed
 (``run.seed = seed + r``) and runs four real forge commands on the default model and harness (react, builtin
@@ -28,6 +29,15 @@ The recipe (DAPO refilling groups without signal in up to two more rounds per st
 mini-batches, learning rate 3e-5, 10 steps x 4 tasks x 4 rollouts at temperature 0.7) is the one earlier runs chose
 on the previous suite's test split: it is kept as it was, not retuned here. Choose recipes with ``--split val``
 (its own unseen templates, disjoint from test's); read ``test`` once per published figure.
+
+**In a real harness** (issue 32): ``--harness pi`` runs every stage through that harness (``-- runtime=docker``).
+``--sft`` measures base -> SFT instead of RL (``benchmarks/_sft_stages.py``): ``forge distill`` of the repeat's train
+draw (``--sft-train-per-template`` instances per seen template) against the teacher stand-in
+(``benchmarks/teacher_standin.py``, started here; it refuses val and test tasks, and the SFT data is asserted to share
+no task, instruction or unseen template with them), ``forge sft`` on it (validation NLL on each template's last
+train instance chooses the epoch), the chosen checkpoint evaluated; the control evaluates the base again. Its
+verdict reads all unseen templates: met when the interval's lower end exceeds 0 (issue 32's hard point), with the
++10-point target beside it. ``--init CKPT`` starts the RL benchmark from a checkpoint (SFT -> RL).
 
 Resumable: every stage's run is ``OUTPUT_DIR/learning-r<R>-<stage>-<time>``; a finished one (``eval.json`` /
 ``summary.json``) is reused and an unfinished one continued (``forge eval|train --resume``) when the benchmark is
