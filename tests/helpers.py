@@ -45,3 +45,15 @@ def serve_http(handler: type[http.server.BaseHTTPRequestHandler]) -> tuple[http.
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def benchmark_module(name: str) -> Any:
+    """``benchmarks/NAME.py`` imported as module ``NAME`` (benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -4,32 +4,20 @@ forge's capture proxy and a real harness (pi, local sandbox) its trajectories sc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, benchmark_module
 
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("teacher_standin", REPO / "benchmarks" / "teacher_standin.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["teacher_standin"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-standin = _module()
+standin = benchmark_module("teacher_standin")
 
 
 @pytest.fixture(scope="module")

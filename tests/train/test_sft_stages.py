@@ -4,30 +4,18 @@ last train instance is held out for SFT validation."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import benchmark_module
 from tests.requires import module
 
 pa = module("pyarrow", "core")
 pq = module("pyarrow.parquet", "core")
 
 
-def _stages() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_sft_stages", REPO / "benchmarks" / "_sft_stages.py")
-    assert spec is not None and spec.loader is not None
-    loaded = importlib.util.module_from_spec(spec)
-    sys.modules["_sft_stages"] = loaded
-    spec.loader.exec_module(loaded)
-    return loaded
-
-
-stages = _stages()
+stages = benchmark_module("_sft_stages")
 DRAW = ["env.options.seed=0", "env.options.train_per_template=4"]
 
 
