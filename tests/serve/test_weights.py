@@ -22,10 +22,15 @@ from forge_cli.serve import PolicyServer, update_weights, weight_version
 
 PROMPT = [{"role": "user", "content": "What is the capital of France?"}]
 LONG = [{"role": "user", "content": "Write a long story about a dragon who learns to cook."}]
+# Long enough that the update's pause (mode=wait) has to drain it even on an AVX512/AMX machine, where
+# 48 tokens finished before the pause and left a paused window too short to poll (CI, stop 42).
+LONG_TOKENS = 160
 
 
-def _chat(server: PolicyServer, messages: list[dict[str, str]], max_tokens: int = 12) -> dict[str, Any]:
-    body = {"model": server.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+def _chat(server: PolicyServer, messages: list[dict[str, str]], max_tokens: int = 12,
+          ignore_eos: bool = False) -> dict[str, Any]:
+    body = {"model": server.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": ignore_eos}
     response = httpx.post(server.base_url + "/chat/completions", json=body, timeout=300)
     response.raise_for_status()
     return dict(response.json())
@@ -58,8 +63,8 @@ def test_weight_update_changes_answers_and_keeps_in_flight_requests(
     first_chunk = threading.Event()
 
     def stream_long() -> None:
-        body = {"model": policy_server.model, "messages": LONG, "max_tokens": 48, "temperature": 0,
-                "stream": True, "return_token_ids": True}
+        body = {"model": policy_server.model, "messages": LONG, "max_tokens": LONG_TOKENS, "temperature": 0,
+                "ignore_eos": True, "stream": True, "return_token_ids": True}
         pieces, token_ids, finish = [], [], None
         with httpx.stream("POST", policy_server.base_url + "/chat/completions", json=body, timeout=300) as response:
             for line in response.iter_lines():
@@ -92,21 +97,22 @@ def test_weight_update_changes_answers_and_keeps_in_flight_requests(
     # only once the long request has drained, which takes seconds on a slow machine (a count of 100 polls
     # ran out first in CI): poll until the update ends.
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if httpx.get(policy_server.url + "/is_paused", timeout=30).json()["is_paused"]:
-            late_thread = threading.Thread(target=late_request)
-            late_thread.start()
-            break
-        if not update_thread.is_alive():
-            break
-        time.sleep(0.02)
+    with httpx.Client(timeout=30) as poll:
+        while time.monotonic() < deadline:
+            if poll.get(policy_server.url + "/is_paused").json()["is_paused"]:
+                late_thread = threading.Thread(target=late_request)
+                late_thread.start()
+                break
+            if not update_thread.is_alive():
+                break
+            time.sleep(0.005)
     for thread in (long_thread, update_thread, late_thread):
         if thread is not None:
             thread.join(300)
     try:
         # the in-flight request was neither lost nor cut short: it ran to its token limit
         text, token_ids, finish = results["long"]
-        assert finish == "length" and len(token_ids) == 48, results["long"]
+        assert finish == "length" and len(token_ids) == LONG_TOKENS, results["long"]
         new_version = results["version"]
         assert new_version != before_version
         assert weight_version(policy_server) == new_version
@@ -123,4 +129,4 @@ def test_weight_update_changes_answers_and_keeps_in_flight_requests(
     assert weight_version(policy_server) == restored_version
     assert _text(_chat(policy_server, PROMPT)) == before
     # the long request's text is what the original weights generate for it alone
-    assert text == _text(_chat(policy_server, LONG, max_tokens=48))
+    assert text == _text(_chat(policy_server, LONG, max_tokens=LONG_TOKENS, ignore_eos=True))
