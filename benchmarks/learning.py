@@ -37,7 +37,9 @@ draw (``--sft-train-per-template`` instances per seen template) against the teac
 no task, instruction or unseen template with them), ``forge sft`` on it (validation NLL on each template's last
 train instance chooses the epoch), the chosen checkpoint evaluated; the control evaluates the base again. Its
 verdict reads all unseen templates: met when the interval's lower end exceeds 0 (issue 32's hard point), with the
-+10-point target beside it. ``--init CKPT`` starts the RL benchmark from a checkpoint (SFT -> RL).
++10-point target beside it. ``--init CKPT`` starts the RL benchmark from a checkpoint; ``--init SFT_OUTPUT_DIR``
+(SFT -> RL) starts repeat r from the checkpoint that SFT benchmark chose in its repeat r, and links that benchmark's
+evaluation of it as "before" when split, trials, temperature, seed, harness and overrides are the same.
 
 Resumable: every stage's run is ``OUTPUT_DIR/learning-r<R>-<stage>-<time>``; a finished one (``eval.json`` /
 ``summary.json``) is reused and an unfinished one continued (``forge eval|train --resume``) when the benchmark is
@@ -85,11 +87,14 @@ class Stage:
 class Runner:
     """Runs (or reuses, or continues) the stages in ``output_dir``."""
 
-    def __init__(self, output_dir: Path, extra: list[str]) -> None:
-        self.output_dir, self.extra = output_dir, extra
+    def __init__(self, output_dir: Path, extra: list[str], prefix: str = "learning") -> None:
+        self.output_dir, self.extra, self.prefix = output_dir, extra, prefix
+
+    def say(self, message: str) -> None:
+        print(f"[{self.prefix}] {message}", file=sys.stderr, flush=True)
 
     def _existing(self, name: str) -> list[Path]:
-        return sorted(p for p in self.output_dir.glob(f"learning-{name}-2*") if p.is_dir())
+        return sorted(p for p in self.output_dir.glob(f"{self.prefix}-{name}-2*") if p.is_dir())
 
     def run(self, name: str, command: str, args: list[str], done_file: str, resumable: bool = True) -> Stage:
         """``forge COMMAND ARGS --json`` as stage ``name``, unless a finished run of it is there (an unfinished one
@@ -102,25 +107,25 @@ class Runner:
             stage.summary = json.loads((stage.run_dir / done_file).read_text())
             stage.wall_s = float(stage.summary.get("duration_s") or stage.summary.get("meta", {}).get("duration_s")
                                  or 0.0)
-            say(f"{name}: reusing {stage.run_dir}")
+            self.say(f"{name}: reusing {stage.run_dir}")
             return stage
         if existing and resumable:
             cmd = [command, "--json", "--resume", str(existing[-1])]
             stage.resumed = True
         else:
-            cmd = [command, "--json", *args, f"run.output_dir={self.output_dir}", f"run.name=learning-{name}",
+            cmd = [command, "--json", *args, f"run.output_dir={self.output_dir}", f"run.name={self.prefix}-{name}",
                    *self.extra, "proxy.port=0"]  # any free port: nothing else on the machine is disturbed
-        say(f"{name}: forge {' '.join(cmd)}")
+        self.say(f"{name}: forge {' '.join(cmd)}")
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "forge_cli", *cmd], cwd=REPO, stdout=subprocess.PIPE, text=True)
         stage.wall_s = time.monotonic() - started
         if done.returncode != 0:
-            where = f" (its run: {existing[-1] if existing else self.output_dir}/learning-{name}-*)"
-            raise SystemExit(f"[learning] {name} failed with exit code {done.returncode}{where}; start the benchmark "
-                             "again with the same options to continue it")
+            where = f" (its run: {existing[-1] if existing else self.output_dir}/{self.prefix}-{name}-*)"
+            raise SystemExit(f"[{self.prefix}] {name} failed with exit code {done.returncode}{where}; start the "
+                             "benchmark again with the same options to continue it")
         stage.summary = json.loads(done.stdout)
         stage.run_dir = Path(stage.summary.get("run_dir") or stage.summary["meta"]["run_dir"])
-        say(f"{name}: {stage.wall_s / 60:.1f} min")
+        self.say(f"{name}: {stage.wall_s / 60:.1f} min")
         return stage
 
 
@@ -147,8 +152,49 @@ def harness(args: argparse.Namespace) -> list[str]:
     return [f"+harness={args.harness}"] if args.harness else []
 
 
+def sft_benchmark(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The options of the SFT benchmark ``--init`` names (its output directory), None when it names a checkpoint."""
+    if not args.init or not (Path(args.init) / "learning-options.json").is_file():
+        return None
+    options: dict[str, Any] = json.loads((Path(args.init) / "learning-options.json").read_text())
+    if not options.get("sft"):
+        raise SystemExit(f"[learning] --init {args.init} is a learning benchmark without --sft: give an SFT "
+                         "benchmark's output directory or a checkpoint")
+    return options
+
+
+def init_checkpoint(args: argparse.Namespace, r: int) -> str | None:
+    """The policy repeat ``r`` starts from: ``--init`` itself, or, when it names an SFT benchmark's output
+    directory, the checkpoint that benchmark chose in its own repeat ``r`` (same draw: SFT -> RL per repeat)."""
+    if sft_benchmark(args) is None:
+        return args.init  # type: ignore[no-any-return]
+    done = sorted(Path(args.init).glob(f"learning-r{r}-sft-2*/summary.json"))
+    if not done:
+        raise SystemExit(f"[learning] the SFT benchmark in {args.init} has no finished repeat {r}: continue it with "
+                         f"--repeats {r + 1} first")
+    return str(json.loads(done[-1].read_text())["best"])
+
+
+def reuse_sft_evaluation(runner: Runner, args: argparse.Namespace, r: int) -> None:
+    """SFT -> RL: the "before" stage evaluates the SFT checkpoint exactly as the SFT benchmark's "after" stage did
+    (same split, trials, temperature, draw, harness and overrides): that finished run is linked, not repeated."""
+    options = sft_benchmark(args)
+    same = ("split", "trials", "eval_temperature", "seed", "harness", "overrides")
+    if options is None or runner._existing(f"r{r}-before") or any(
+            options.get(k) != (runner.extra if k == "overrides" else getattr(args, k)) for k in same):
+        return
+    done = sorted(p.parent for p in Path(args.init).glob(f"learning-r{r}-after-2*/eval.json"))
+    if done:
+        link = runner.output_dir / done[-1].name.replace(f"learning-r{r}-after-", f"learning-r{r}-before-", 1)
+        link.symlink_to(done[-1].resolve(), target_is_directory=True)
+        say(f"r{r}-before: the SFT benchmark's evaluation of the same checkpoint, {done[-1]} (linked)")
+
+
 def run_repeat(runner: Runner, args: argparse.Namespace, r: int) -> dict[str, Stage]:
-    init = [f"model.path={args.init}"] if args.init else []
+    start = init_checkpoint(args, r)
+    init = [f"model.path={start}"] if start else []
+    if start:
+        reuse_sft_evaluation(runner, args, r)
     evaluate = ["eval", *harness(args), f"env.split={args.split}", f"eval.trials={args.trials}",
                 f"eval.temperature={args.eval_temperature}", *draw(args, r), *init]
     if args.sft:
@@ -258,8 +304,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="an extra override for the training runs only (repeatable)")
     parser.add_argument("--harness", default=None, help="the harness every stage runs in (e.g. pi; default: the "
                                                          "experiment's, react)")
-    parser.add_argument("--init", default=None, help="the policy to start from (a checkpoint, e.g. an SFT one): "
-                                                      "evaluated before, trained, and the control")
+    parser.add_argument("--init", default=None, help="the policy to start from, evaluated before, trained, and the "
+                        "control: a checkpoint, or an SFT benchmark's output directory (repeat r starts from the "
+                        "checkpoint that benchmark chose in its repeat r, and its evaluation of it is reused)")
     parser.add_argument("--sft", action="store_true", help="base -> SFT instead of RL: teacher trajectories of "
                         "the train split through the harness (the teacher stand-in), then forge sft")
     parser.add_argument("--sft-epochs", type=int, default=3, help="SFT epochs at most (stops when the validation "
@@ -335,6 +382,13 @@ def main() -> int:
         ten = figures["unseen"]["delta"] >= TARGET and figures["unseen"]["low"] > 0
         print(f"  issue 32's item 6 target on unseen templates (>= +{100 * TARGET:.0f} points, lower end > 0): "
               f"{'MET' if ten else 'NOT MET'}")
+    if args.init and figures.get("seen") and figures.get("unseen"):
+        seen, unseen = figures["seen"], figures["unseen"]
+        seen_ok = seen["delta"] >= TARGET and seen["low"] > 0
+        unseen_ok = unseen["net"] is not None and unseen["net"] >= 0
+        print(f"  issue 32's item 6 targets from --init: seen >= +{100 * TARGET:.0f} points with the lower end > 0: "
+              f"{'MET' if seen_ok else 'NOT MET'}; unseen net of the control >= 0: "
+              f"{'MET' if unseen_ok else 'NOT MET'} (control: {args.control})")
     out = args.json or args.output_dir / "learning.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"options": options, "recipe": recipe(args), "machine": machine(),
