@@ -30,6 +30,12 @@ def distill(
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Spending cap: stop starting rollouts once "
                                                    "the teacher's prompt + completion tokens reach this.",
                                                    show_default=False)] = None,
+    max_cost: Annotated[float | None, typer.Option("--max-cost", help="Spending cap in USD at --price: stop "
+                                                   "starting rollouts once the teacher's tokens cost this.",
+                                                   show_default=False)] = None,
+    price: Annotated[str | None, typer.Option("--price", help="The teacher's list price as IN,OUT: USD per "
+                                              "million prompt tokens, per million completion tokens (e.g. 3,15); "
+                                              "the summary then gives the cost.", show_default=False)] = None,
     retries: Annotated[int, typer.Option("--retries", help="Runs again of a rollout the endpoint failed (429, "
                                          "5xx), with backoff.")] = 2,
     out: Annotated[Path | None, typer.Option("--out", help="SFT samples file (default: RUN_DIR/sft.parquet).",
@@ -43,7 +49,7 @@ def distill(
 
     Examples: forge distill +harness=pi --teacher http://127.0.0.1:8500/v1 |
     forge distill +harness=codex --teacher https://api.example.com/v1 --teacher-model big --key-env TEACHER_KEY
-    --trials 4 --max-tokens 2000000 runtime=docker
+    --trials 4 --max-cost 20 --price 3,15 runtime=docker
     """
     from forge_cli.cli.signals import stop_on_signals
     from forge_cli.train.distill import DistillOptions, run_distill, teacher_overrides
@@ -60,7 +66,7 @@ def distill(
         raise UserError(f"--teacher {teacher!r}: not an http(s) URL", fix="--teacher http://HOST:PORT/v1",
                         exit_code=2)
     options = DistillOptions(teacher, teacher_model, key_env, token_ids, trials, min_reward, max_tokens, retries,
-                             str(out) if out else None)
+                             str(out) if out else None, max_cost, parse_price(price, max_cost))
     student = load(["env.split=train", *(overrides or [])], config_dir).experiment
     student_dir = model_directory(student)  # the student's tokenizer and chat template render the samples
     composed = load(["env.split=train", *(overrides or []), *teacher_overrides(options)], config_dir)
@@ -72,8 +78,28 @@ def distill(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
-    capped = " (token cap reached)" if summary["token_cap_reached"] else ""
+    capped = (" (token cap reached)" if summary["token_cap_reached"] else
+              " (cost cap reached)" if summary["cost_cap_reached"] else "")
+    cost = f", ${summary['teacher_cost_usd']:.4f}" if summary["teacher_cost_usd"] is not None else ""
     typer.echo(f"distill {summary['run_id']}: kept {summary['kept']} of {summary['rollouts']} rollouts (reward >= "
-               f"{min_reward:g}), teacher tokens {summary['teacher_tokens']}{capped}; SFT samples "
+               f"{min_reward:g}), teacher tokens {summary['teacher_tokens']}{cost}{capped}; SFT samples "
                f"{summary['sft']['out']} ({summary['sft']['sequences']} sequences, {summary['sft']['loss_tokens']} "
                f"loss tokens)")
+
+
+def parse_price(price: str | None, max_cost: float | None) -> tuple[float, float] | None:
+    """``--price IN,OUT`` as (USD per million prompt tokens, USD per million completion tokens)."""
+    if max_cost is not None and (max_cost <= 0 or price is None):
+        raise UserError("--max-cost: " + ("must be above 0" if max_cost <= 0 else "needs the teacher's --price"),
+                        fix="--max-cost 20 --price 3,15 (USD per million prompt tokens, per million completion "
+                            "tokens: the endpoint's list price), or --max-tokens N", exit_code=2)
+    if price is None:
+        return None
+    try:
+        prompt, completion = (float(part) for part in price.split(","))
+    except ValueError:
+        prompt = completion = -1.0
+    if prompt < 0 or completion < 0:
+        raise UserError(f"--price {price!r}: not IN,OUT (two prices, USD per million tokens, at least 0)",
+                        fix="--price 3,15", exit_code=2)
+    return prompt, completion

@@ -14,10 +14,11 @@ as SFT samples in the student's tokens (``forge_cli/train/sft.py``), ready for `
 - **Records of an API** hold the request (messages, tools) and the answer as the harness received it, and the
   usage counts; with ``token_ids`` off (the default) the proxy asks the endpoint for no token ids or logprobs (an
   API such as OpenAI's refuses fields it does not know).
-- **Spending**: ``max_tokens`` caps the teacher's tokens (prompt + completion, from its usage counts); rollouts run
-  in batches of ``rollout.concurrency`` and no new batch starts once the cap is reached (the overshoot is at most
-  one batch). A rollout that ends ``infra_error`` (the endpoint refused or failed: a 429, a 5xx) is run again up to
-  ``retries`` times, after 2, 4, 8 ... seconds.
+- **Spending**: ``max_tokens`` caps the teacher's tokens (prompt + completion, from its usage counts), and
+  ``max_cost`` its cost in USD at ``price`` (USD per million prompt and per million completion tokens: the
+  endpoint's list price, which forge cannot look up); rollouts run in batches of ``rollout.concurrency`` and no
+  new batch starts once a cap is reached (the overshoot is at most one batch). A rollout that ends ``infra_error``
+  (the endpoint refused or failed: a 429, a 5xx) is run again up to ``retries`` times, after 2, 4, 8 ... seconds.
 
 The run directory is a ``forge rollout`` run's (``results.jsonl``, ``traces.sqlite``, per-rollout logs) plus
 ``distill.json`` (the summary) and, by default, ``sft.parquet``.
@@ -50,6 +51,34 @@ class DistillOptions:
     max_tokens: int | None = None
     retries: int = 2
     out: str | None = None
+    max_cost: float | None = None  # USD, at ``price``
+    price: tuple[float, float] | None = None  # USD per million prompt tokens, per million completion tokens
+
+
+@dataclass
+class Spending:
+    """The teacher's tokens so far and what they cost at the options' price."""
+
+    prompt: int = 0
+    completion: int = 0
+
+    def add(self, results: list[Any]) -> None:
+        self.prompt += sum(r.prompt_tokens for r in results)
+        self.completion += sum(r.completion_tokens for r in results)
+
+    def cost(self, options: DistillOptions) -> float | None:
+        if options.price is None:
+            return None
+        return (self.prompt * options.price[0] + self.completion * options.price[1]) / 1e6
+
+    def cap_reached(self, options: DistillOptions) -> str | None:
+        """Which cap the spending has reached (a sentence), None while under both."""
+        tokens, cost = self.prompt + self.completion, self.cost(options)
+        if options.max_tokens is not None and tokens >= options.max_tokens:
+            return f"the teacher's token cap ({options.max_tokens}) is reached ({tokens} tokens)"
+        if options.max_cost is not None and cost is not None and cost >= options.max_cost:
+            return f"the teacher's cost cap (${options.max_cost:g}) is reached (${cost:.4f})"
+        return None
 
 
 def teacher_overrides(options: DistillOptions) -> list[str]:
@@ -87,25 +116,25 @@ def run_distill(exp: Experiment, data: dict[str, Any], student_dir: Path, option
     if on_run_dir is not None:
         on_run_dir(session.run_dir)
     results: list[Any] = []
-    spent = 0
-    capped = False
+    spent = Spending()
+    capped: str | None = None
     with progress, session:
         jobs = session.jobs(taskset.tasks, options.trials)
         progress.say(f"distill: {len(jobs)} rollouts ({len(taskset.tasks)} {taskset.split} tasks x {options.trials}) "
                      f"against the teacher {options.teacher_model} at {options.teacher_url}; kept: reward >= "
-                     f"{options.min_reward:g}" + (f"; token cap {options.max_tokens}" if options.max_tokens else ""))
+                     f"{options.min_reward:g}" + (f"; token cap {options.max_tokens}" if options.max_tokens else "")
+                     + (f"; cost cap ${options.max_cost:g}" if options.max_cost is not None else ""))
         size = max(1, exp.rollout.concurrency)
         for first in range(0, len(jobs), size):
-            if options.max_tokens is not None and spent >= options.max_tokens:
-                capped = True
-                progress.say(f"distill: the teacher's token cap ({options.max_tokens}) is reached ({spent} tokens); "
-                             f"{len(jobs) - first} rollouts not started")
+            capped = spent.cap_reached(options)
+            if capped:
+                progress.say(f"distill: {capped}; {len(jobs) - first} rollouts not started")
                 break
             batch = session.run(jobs[first:first + size], on_start=progress.started, on_result=progress.finished)
             for attempt in range(1, options.retries + 1):
                 failed = [r for r in batch if r.status == "infra_error"]
                 results += [r for r in batch if r.status != "infra_error"]
-                spent += sum(r.prompt_tokens + r.completion_tokens for r in batch)
+                spent.add(batch)
                 if not failed:
                     batch = []
                     break
@@ -117,12 +146,15 @@ def run_distill(exp: Experiment, data: dict[str, Any], student_dir: Path, option
                                     on_start=progress.started, on_result=progress.finished)
             if batch:  # the last attempt's results, failed or not
                 results += batch
-                spent += sum(r.prompt_tokens + r.completion_tokens for r in batch)
+                spent.add(batch)
     out = Path(options.out).expanduser().resolve() if options.out else session.run_dir / "sft.parquet"
     exported = export_sft(session.run_dir, out, student_dir, options.min_reward)
     summary = {"run_id": session.run_id, "run_dir": str(session.run_dir), "harness": exp.harness.name,
                "env": exp.env.name, "split": taskset.split, "teacher": options.teacher_model,
-               "teacher_tokens": spent, "token_cap_reached": capped, **summarise(results),
+               "teacher_tokens": spent.prompt + spent.completion, "teacher_prompt_tokens": spent.prompt,
+               "teacher_completion_tokens": spent.completion, "teacher_cost_usd": spent.cost(options),
+               "token_cap_reached": bool(capped and "token cap" in capped),
+               "cost_cap_reached": bool(capped and "cost cap" in capped), **summarise(results),
                "kept": exported["kept"], "sft": exported, "duration_s": round(time.monotonic() - started, 1),
                "options": {k: v for k, v in asdict(options).items()}}
     (session.run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")

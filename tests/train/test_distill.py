@@ -63,19 +63,29 @@ def test_pi_against_a_paid_api_keeps_the_passing_rollouts_and_never_stores_the_k
     assert "api_key_env: TEACHER_KEY" in config and "request_token_ids: false" in config
 
 
-def test_the_token_cap_stops_new_rollouts(home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cap", [["--max-tokens", "10"], ["--max-cost", "0.0001", "--price", "3,15"]],
+                         ids=["tokens", "cost"])
+def test_a_spending_cap_stops_new_rollouts(home: Path, tmp_path: Path, cap: list[str]) -> None:
     with standin.TeacherServer(standin.builtin_teacher()) as server:
-        done = _distill(home, tmp_path / "runs", server.base_url, "--max-tokens", "10", "rollout.concurrency=1",
-                        TASKS)
+        done = _distill(home, tmp_path / "runs", server.base_url, *cap, "rollout.concurrency=1", TASKS)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["token_cap_reached"] and summary["rollouts"] == 1 and summary["teacher_tokens"] >= 10, summary
+    assert summary["rollouts"] == 1 and summary["teacher_tokens"] >= 10, summary
+    assert summary["teacher_tokens"] == summary["teacher_prompt_tokens"] + summary["teacher_completion_tokens"]
+    if cap[0] == "--max-tokens":
+        assert summary["token_cap_reached"] and not summary["cost_cap_reached"] and summary["teacher_cost_usd"] is None
+    else:
+        cost = (3 * summary["teacher_prompt_tokens"] + 15 * summary["teacher_completion_tokens"]) / 1e6
+        assert summary["cost_cap_reached"] and summary["teacher_cost_usd"] == pytest.approx(cost) and cost >= 0.0001
 
 
 def test_bad_input_is_one_message_exit_2(home: Path, tmp_path: Path) -> None:
     for args, needle in ((["distill", "+harness=pi"], "needs --teacher"),
                          (["distill", "--teacher", "127.0.0.1:9", "+harness=pi"], "not an http(s) URL"),
                          (["distill", "--teacher", "http://127.0.0.1:9/v1", "--trials", "0"], "--trials"),
+                         (["distill", "--teacher", "http://127.0.0.1:9/v1", "--max-cost", "5"], "needs the teacher's "
+                                                                                                 "--price"),
+                         (["distill", "--teacher", "http://127.0.0.1:9/v1", "--price", "3"], "not IN,OUT"),
                          (["distill", "--teacher", "http://127.0.0.1:9/v1", "+harness=pi", "env.split=test",
                            f"run.output_dir={tmp_path}"], "training tasks only"),
                          (["distill", "--teacher", "http://127.0.0.1:9/v1", "--key-env", "NO_SUCH_KEY_VAR",
