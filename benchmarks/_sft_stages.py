@@ -105,3 +105,18 @@ def distill_and_sft(runner: Any, args: Any, r: int, draw: list[str], harness: li
     say_counts = {**disjoint, **counts, "kept": distill.summary["kept"], "rollouts": distill.summary["rollouts"]}
     (Path(str(sft.run_dir)) / "sft-data.json").write_text(json.dumps(say_counts, indent=2) + "\n")
     return {"distill": distill, "sft": sft, "checkpoint": best, "data": say_counts}
+
+
+def sft_further(runner: Any, init: Path, r: int, start: str, minutes: float, draw: list[str]) -> Any:
+    """Stage ``r<R>-control-train`` of SFT -> RL (issue 32 item 6's control): the SFT checkpoint ``start`` trained
+    further with SFT, on the SFT benchmark ``init``'s own training data of repeat ``r`` and with its recipe, for
+    ``minutes`` (the RL run's wall time); its last checkpoint is the control's policy."""
+    options = json.loads((init / "learning-options.json").read_text())
+    distilled = sorted(init.glob(f"learning-r{r}-distill-2*/distill.json"))
+    if not distilled:
+        raise SystemExit(f"[learning] the SFT benchmark in {init} has no finished distill stage of repeat {r}")
+    data = Path(json.loads(distilled[-1].read_text())["sft"]["out"]).parent / "sft-train.parquet"
+    return runner.run(f"r{r}-control-train", "sft", [
+        "--data", str(data), "--epochs", "1000", "--batch", str(options["sft_batch"]), "--max-minutes",
+        f"{minutes:.2f}", f"trainer.learning_rate={options['sft_learning_rate']}",
+        "trainer.gradient_checkpointing=false", f"model.path={start}", *draw[1:]], "summary.json")

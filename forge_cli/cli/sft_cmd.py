@@ -25,6 +25,9 @@ def sft(
     batch: Annotated[int, typer.Option("--batch", help="Sequences per AdamW step.")] = 8,
     patience: Annotated[int, typer.Option("--patience", help="Stop after this many epochs without a better "
                                           "validation NLL.")] = 1,
+    max_minutes: Annotated[float | None, typer.Option("--max-minutes", help="Stop once this much training time is "
+                                                      "spent (the epoch in progress ends and is checkpointed).",
+                                                      show_default=False)] = None,
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue RUN_DIR after its last finished epoch.",
                                                 show_default=False)] = None,
     as_json: JsonFlag = False,
@@ -58,11 +61,14 @@ def sft(
         for name, value in (("--epochs", epochs), ("--batch", batch), ("--patience", patience)):
             if value < 1:
                 raise UserError(f"{name} {value}: must be at least 1", exit_code=2)
+        if max_minutes is not None and not max_minutes > 0:
+            raise UserError(f"--max-minutes {max_minutes}: must be more than 0", exit_code=2)
         for path in (data, val):
             if path is not None and not path.is_file():
                 raise UserError(f"{path}: no such file", fix="write it with forge samples export --sft",
                                 exit_code=2)
-        options = SftOptions(str(data.resolve()), str(val.resolve()) if val else None, epochs, batch, patience)
+        options = SftOptions(str(data.resolve()), str(val.resolve()) if val else None, epochs, batch, patience,
+                             max_minutes)
         run_dir = Path(exp.run.output_dir).expanduser().resolve() / f"{new_run_id(exp)}-sft"
         run_dir.mkdir(parents=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
@@ -73,6 +79,7 @@ def sft(
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        stopped = " (stopped: validation stopped improving)" if summary["stopped_early"] else ""
+        stopped = (" (stopped: --max-minutes spent)" if summary["stopped_by_time"] else
+                   " (stopped: validation stopped improving)" if summary["stopped_early"] else "")
         typer.echo(f"sft: {len(summary['epochs'])} epoch(s){stopped}; best checkpoint {summary['best']} "
                    f"(by {summary['chosen_by']})")

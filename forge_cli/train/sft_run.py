@@ -7,7 +7,10 @@ AdamW step of token-mean NLL on its loss spans (``forge_cli/train/sft.py``: ``nl
 each epoch the weights go to ``checkpoints/epoch-N`` (servable: ``forge eval model=vllm model.path=CKPT``, or a LoRA
 adapter with ``trainer.lora``; with the optimizer state, so ``--resume`` goes on from there) and, with a validation
 file, its NLL is measured; training stops once it has not improved for ``patience`` epochs, and ``summary.json``
-names the best checkpoint. ``metrics.jsonl`` and ``tensorboard/`` have a record per step and per epoch.
+names the best checkpoint. ``max_minutes`` bounds the training time instead (e.g. a control trained for the same
+wall time as an RL run): once it is spent the epoch in progress ends after its current step (``partial`` in its
+record), is checkpointed like any other, and training stops. ``metrics.jsonl`` and ``tensorboard/`` have a record
+per step and per epoch.
 
 The run directory holds ``config.yaml`` (the experiment) and ``sft.json`` (data, validation, epochs, batch,
 patience), so ``forge sft --resume RUN_DIR`` continues the same run."""
@@ -38,6 +41,7 @@ class SftOptions:
     epochs: int = 3
     batch: int = 8
     patience: int = 1
+    max_minutes: float | None = None
 
 
 def read_sequences(path: Path) -> list[SftSequence]:
@@ -108,9 +112,12 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
         say(f"validation nll before training: {val_start:.4f}")
     stopped = False
     began = time.monotonic()
+    budget = None if options.max_minutes is None else options.max_minutes * 60
+    spent_before = sum(h["epoch_s"] for h in history)  # a resumed run's finished epochs count against the budget
+    out_of_time = any("partial" in h for h in history) or (budget is not None and spent_before >= budget)
     try:
         for epoch in range(len(finished), options.epochs):
-            if _stale(history, options.patience):
+            if _stale(history, options.patience) or out_of_time:
                 stopped = True
                 break
             order = list(range(len(samples)))
@@ -123,9 +130,14 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
                 log.write(trainer.steps, {"train_nll": m["nll"], "grad_norm": m["grad_norm"],
                                           "loss_tokens": m["loss_tokens"], "epoch": epoch + 1})
                 say(f"epoch {epoch + 1}/{options.epochs} step {n + 1}/{steps_per_epoch}: nll {m['nll']:.4f}")
+                if budget is not None and spent_before + time.monotonic() - began >= budget:
+                    out_of_time = True
+                    break
             record: dict[str, Any] = {"epoch": epoch + 1, "train_nll": sum(losses) / len(losses),
                                       "epoch_s": time.monotonic() - started, "steps": trainer.steps,
                                       "sequences_too_long": too_long}
+            if out_of_time and len(losses) < steps_per_epoch:
+                record["partial"] = len(losses)
             if val_samples:
                 record["val_nll"] = nll(trainer, val_samples, train=False)["nll"]
             checkpoint = run_dir / "checkpoints" / f"epoch-{epoch + 1}"
@@ -135,11 +147,12 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
             log.write(trainer.steps, {k: v for k, v in record.items() if k != "steps"})
             val_text = f", val nll {record['val_nll']:.4f}" if "val_nll" in record else ""
             say(f"epoch {epoch + 1}: train nll {record['train_nll']:.4f}{val_text} -> {checkpoint}")
-        stopped = stopped or (len(history) < options.epochs)
+        stopped = stopped or out_of_time or (len(history) < options.epochs)
     finally:
         log.close()
     best = _best(history)
     summary = {"run_dir": str(run_dir), "val_nll_start": val_start, "epochs": history, "stopped_early": stopped,
+               "stopped_by_time": out_of_time,
                "best": str(run_dir / "checkpoints" / f"epoch-{best}") if best else None,
                "chosen_by": "val_nll" if val_samples else "last epoch", "options": asdict(options),
                "duration_s": round(time.monotonic() - began, 1)}

@@ -97,3 +97,35 @@ def test_rl_from_an_sft_benchmark_starts_each_repeat_from_its_choice_and_reuses_
     assert learning.init_checkpoint(checkpoint_args, 3) == "/some/checkpoint"
     with pytest.raises(SystemExit, match="without --sft"):
         learning.init_checkpoint(argparse.Namespace(init=str(_learning_dir(tmp_path / "rl0", sft=False))), 0)
+
+
+def test_the_sft_control_trains_the_sft_checkpoint_further_on_its_data_for_rls_wall_time(tmp_path: Path) -> None:
+    sft = _learning_dir(tmp_path / "sft", sft=True, sft_batch=4, sft_learning_rate=5e-5)
+    distill = sft / "learning-r0-distill-20261206-040032-f676"
+    distill.mkdir()
+    (distill / "distill.json").write_text(json.dumps({"sft": {"out": str(distill / "sft.parquet")}}))
+    calls: list[tuple[str, str, list[str]]] = []
+
+    class Recorder:
+        def run(self, name: str, command: str, args: list[str], done_file: str) -> str:
+            calls.append((name, command, args))
+            return name
+
+    stages = benchmark_module("_sft_stages")
+    draw = ["env.options.seed=0", "run.seed=0"]
+    assert stages.sft_further(Recorder(), sft, 0, "/x/epoch-3", 31.25, draw) == "r0-control-train"
+    [(name, command, args)] = calls
+    assert (name, command) == ("r0-control-train", "sft")
+    assert args[args.index("--data") + 1] == str(distill / "sft-train.parquet")
+    assert args[args.index("--max-minutes") + 1] == "31.25" and args[args.index("--batch") + 1] == "4"
+    assert {"model.path=/x/epoch-3", "trainer.learning_rate=5e-05", "run.seed=0"} <= set(args)
+    assert "env.options.seed=0" not in args and "--val" not in args  # the last checkpoint, not one chosen by NLL
+    with pytest.raises(SystemExit, match="no finished distill stage of repeat 1"):
+        stages.sft_further(Recorder(), sft, 1, "/x/epoch-3", 1.0, draw)
+    for init in ("/some/checkpoint", str(_learning_dir(tmp_path / "rl", sft=False))):
+        with pytest.raises(SystemExit) as exit_info:
+            learning.parse(["--control", "sft", "--init", init, "--harness", "pi"])
+        assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:  # no --init at all
+        learning.parse(["--control", "sft"])
+    assert exit_info.value.code == 2

@@ -1,7 +1,7 @@
 """`forge sft` on a real harness's teacher trajectories (pi through the proxy, answered by the teacher stand-in):
 two AdamW steps of NLL on two tasks' trajectories lower the NLL of a third task's trajectory held out for
-validation; a servable checkpoint per epoch with its metrics; --resume redoes an epoch that did not finish; bad input
-is one message, exit 2."""
+validation; a servable checkpoint per epoch with its metrics; --resume redoes an epoch that did not finish;
+--max-minutes ends training after the step that spends it; bad input is one message, exit 2."""
 
 from __future__ import annotations
 
@@ -59,12 +59,28 @@ def test_two_sft_steps_lower_the_held_out_nll_and_resume_redoes_an_unfinished_ep
     assert resumed["val_nll_start"] == summary["val_nll_start"]
 
 
+def test_max_minutes_ends_the_epoch_in_progress_checkpoints_it_and_stops(
+        teacher_run: Path, tmp_path: Path) -> None:  # noqa: F811
+    train, _ = _split(teacher_run, tmp_path)
+    done = forge("sft", "--json", "--data", str(train), "--epochs", "5", "--batch", "1", "--max-minutes", "0.0001",
+                 "trainer.precision=float32", f"run.output_dir={tmp_path / 'runs'}", timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    [epoch] = summary["epochs"]  # the budget is spent after the first step: no second epoch
+    assert epoch["steps"] == 1 and epoch["partial"] == 1 and summary["stopped_by_time"], summary
+    assert summary["best"].endswith("epoch-1") and summary["chosen_by"] == "last epoch"
+    assert (Path(summary["best"]) / "model.safetensors").is_file()
+    again = forge("sft", "--json", "--resume", summary["run_dir"], timeout=1200)  # nothing left to spend
+    assert again.returncode == 0 and len(json.loads(again.stdout)["epochs"]) == 1, again.stderr[-3000:]
+
+
 def test_bad_input_is_one_message_exit_2(tmp_path: Path) -> None:
     not_parquet = tmp_path / "x.parquet"
     not_parquet.write_text("hello")
     for args, needle in ((["sft"], "needs --data"), (["sft", "--data", str(tmp_path / "none.parquet")], "no such file"),
                          (["sft", "--data", str(not_parquet), f"run.output_dir={tmp_path}"], "not a Parquet file"),
                          (["sft", "--data", str(not_parquet), "--epochs", "0"], "--epochs 0"),
+                         (["sft", "--data", str(not_parquet), "--max-minutes", "0"], "--max-minutes 0"),
                          (["sft", "--resume", str(tmp_path)], "not a forge run directory")):
         done = forge(*args)
         assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
