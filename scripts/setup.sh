@@ -8,7 +8,8 @@
 # mitmproxy mitmproxy 11 in $FORGE_HOME/envs/mitmproxy
 # verl      veRL 0.9.1 beside the CPU torch in $FORGE_HOME/envs/verl, with forge installed into it (its algorithms
 #           run on CPU: parity tests; forge train trainer=verl launches veRL from it)
-# verl-gpu  the same on a CUDA machine: veRL 0.9.1 with its vllm extra (torch 2.11, vLLM 0.24); replaces `verl`
+# verl-gpu  the same on a CUDA machine: veRL 0.9.1 with its vllm extra (torch 2.11, vLLM 0.24), installed from the lock
+#           for the running Python (scripts/requirements/verl-gpu-py3X.lock: Linux x86-64, glibc >= 2.31); replaces `verl`
 # model     the default model converted to safetensors in $FORGE_HOME/models
 # docker    Debian's docker.io + debootstrap, a running dockerd, the forge-base image
 # chromium  Debian's chromium (headless screenshots of `forge eval`'s report.html in the tests)
@@ -92,6 +93,17 @@ setup_verl() {  # veRL's environment, with this checkout of forge in it (its age
   log "installing forge (editable, from $ROOT) into $dir"
   "$dir/bin/pip" install -q -e "$ROOT"
   echo "$h" > "$dir/.forge-self-stamp"
+}
+
+gpu_lock() {  # the lock of veRL's GPU environment for the running Python (scripts/gpu_lock.py compiles them)
+  local v; v=$($PY -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+  local f="scripts/requirements/verl-gpu-py$v.lock"
+  if [ ! -f "$f" ]; then
+    echo "setup.sh verl-gpu: no lock for Python $v (locks: $(ls scripts/requirements/verl-gpu-py*.lock | xargs -n1 basename | tr '\n' ' '))" >&2
+    echo "  fix: PYTHON=python3.11 scripts/setup.sh verl-gpu" >&2
+    exit 2
+  fi
+  echo "$f"
 }
 
 setup_model() {
@@ -184,7 +196,7 @@ for part in "$@"; do
     vllm) setup_vllm ;;
     mitmproxy) setup_mitmproxy ;;
     verl) setup_verl ;;
-    verl-gpu) setup_verl scripts/requirements/verl-gpu.txt "veRL with vLLM's CUDA build (GPU nodes)" ;;
+    verl-gpu) lock=$(gpu_lock) || exit 2; setup_verl "$lock" "veRL with vLLM's CUDA build (GPU nodes; $lock)" ;;
     model) setup_model ;;
     docker) setup_docker ;;
     harnesses) setup_harnesses ;;
