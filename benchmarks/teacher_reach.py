@@ -10,7 +10,9 @@ port: it answers train tasks with their reference solution through the harness's
 any val or test task), through the capture proxy, sandboxes (OVERRIDES, e.g. ``runtime=docker``) and verifiers as
 in training. The figure per harness: the share of rollouts that reach reward 1, with a 95% bootstrap interval that
 resamples templates, calls per rollout, the statuses of those that did not, and the wall time. A harness whose
-bundle is not installed is reported as such (``scripts/setup.sh harnesses``), not as a score.
+bundle is not installed is reported as such (``scripts/setup.sh harnesses``), not as a score. Where ``forge distill``
+fails after its rollouts ended (the SFT export renders Chat Completions records only: Codex's Responses and Claude
+Code's Messages calls are refused), the rollouts' rewards are still reported, with that failure beside them.
 
 Resumable: each harness's distill run is ``OUTPUT_DIR/reach-<harness>-<time>``; a finished one (``distill.json``)
 is reused when the benchmark is started again with the same output directory.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -94,10 +97,22 @@ def main() -> int:
             runner.say(f"{name}: not installed (FORGE_HARNESSES={name} scripts/setup.sh harnesses): not measured")
             rows[name] = {"not_installed": True}
             continue
-        with module.TeacherServer(module.builtin_teacher(draw)) as server:
-            stage = runner.run(name, "distill", ["--teacher", server.base_url, "--teacher-model", "teacher-standin",
-                                                 "--trials", "1", "--min-reward", "1", "--retries", "0",
-                                                 f"+harness={name}", *draw], "distill.json", resumable=False)
+        started = time.monotonic()
+        try:
+            with module.TeacherServer(module.builtin_teacher(draw)) as server:
+                stage = runner.run(name, "distill", [
+                    "--teacher", server.base_url, "--teacher-model", "teacher-standin", "--trials", "1",
+                    "--min-reward", "1", "--retries", "0", f"+harness={name}", *draw], "distill.json",
+                    resumable=False)
+        except SystemExit as failed:  # e.g. the SFT export refusing a wire format after every rollout ended
+            run_dirs = [p for p in runner._existing(name) if (p / "results.jsonl").is_file()]
+            if not run_dirs:
+                raise
+            rows[name] = {**reach(run_dirs[-1]), "run_dir": str(run_dirs[-1]), "distill_failed": str(failed),
+                          "minutes": round((time.monotonic() - started) / 60, 1)}
+            runner.say(f"{name}: the rollouts ended but forge distill failed after them (its message above); "
+                       "their rewards are reported")
+            continue
         assert stage.run_dir is not None
         rows[name] = {**reach(stage.run_dir), "run_dir": str(stage.run_dir), "minutes": round(stage.wall_s / 60, 1),
                       "kept_sft_sequences": stage.summary.get("sft", {}).get("sequences")}
@@ -112,6 +127,8 @@ def main() -> int:
         else:
             interval = f"{pct(row['share'])} ({pct(row['low'])} .. {pct(row['high'])})"
             others = ", ".join(f"{n} {k}" for k, n in row["not_reward_1"].items()) or "-"
+            if row.get("distill_failed"):
+                others += "; forge distill failed after the rollouts (no SFT samples)"
             print(f"  {name:14} {row['rollouts']:>8} {row['reward_1']:>9} {interval:>26} "
                   f"{row['calls_per_rollout']:>6.1f} {row['minutes']:>5.1f}  {others}")
     out = args.json or args.output_dir / "teacher-reach.json"

@@ -2,7 +2,8 @@
 format is it best at it? (issue 32, item 1)
 
     .venv/bin/python benchmarks/tool_call_rate.py [--harnesses pi,mini-swe-agent,codex] [--split val]
-        [--samples 4] [--temperature 0.7] [--max-tokens 160] [--output-dir runs/tool-call-rate] [--json FILE]
+        [--samples 4] [--temperature 0.7] [--max-tokens 160] [--concurrency 8] [--output-dir runs/tool-call-rate]
+        [--json FILE]
         [-- OVERRIDES]
 
 1. **The requests.** Each harness runs every ``--split`` task once (``forge rollout``, OVERRIDES such as
@@ -21,7 +22,8 @@ format is it best at it? (issue 32, item 1)
    greedy ones.
 
 The ``--split`` is ``val`` by default: the format is a choice, and choices are made on ``val``. Resumable: a
-harness's recorded requests (``OUTPUT_DIR/toolcalls-<harness>-*/first-requests.json``) are reused.
+harness's recorded requests (``OUTPUT_DIR/toolcalls-<harness>-*/first-requests.json``) and each finished harness x
+format cell (``OUTPUT_DIR/cells/``, same sampling options) are reused.
 """
 
 from __future__ import annotations
@@ -132,27 +134,34 @@ def rates(judged: list[tuple[str, dict[str, bool]]]) -> dict[str, Any]:
 
 def measure(url: str, model: str, tokenizer: Any, requests: list[dict[str, Any]], fmt: Any,
             args: argparse.Namespace) -> dict[str, Any]:
+    """One harness x format cell: every first request completed ``--samples`` times and once greedily, up to
+    ``--concurrency`` requests in flight (vLLM batches them; each request's own seed keeps its replies)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import httpx
 
-    sampled: list[tuple[str, dict[str, bool]]] = []
-    greedy: list[tuple[str, dict[str, bool]]] = []
-    examples: list[dict[str, Any]] = []
-    with httpx.Client(timeout=600) as client:
-        for n, request in enumerate(requests):
-            ids = render(tokenizer, request, fmt)
-            for temperature, count, into in ((args.temperature, args.samples, sampled), (0.0, 1, greedy)):
-                reply = client.post(url + "/completions", json={
-                    "model": model, "prompt": ids, "max_tokens": args.max_tokens, "temperature": temperature,
-                    "n": count, "seed": args.seed + n, "skip_special_tokens": False})
-                reply.raise_for_status()
-                for choice in reply.json()["choices"]:
-                    text = str(choice["text"]).split("<|im_end|>")[0]
-                    verdict = judge(fmt.parse(text), request["tools"])
-                    into.append((request["task_id"], verdict))
-                    if len(examples) < 3 and temperature > 0:
-                        examples.append({"task_id": request["task_id"], "reply": text[:300], **verdict})
-    return {"sampled": rates(sampled), "greedy": rates(greedy), "prompt_tokens_first": len(ids),
-            "examples": examples}
+    def complete(job: tuple[int, dict[str, Any], float, int]) -> list[tuple[float, str, dict[str, bool], str]]:
+        n, request, temperature, count = job
+        reply = client.post(url + "/completions", json={
+            "model": model, "prompt": render(tokenizer, request, fmt), "max_tokens": args.max_tokens,
+            "temperature": temperature, "n": count, "seed": args.seed + n, "skip_special_tokens": False})
+        reply.raise_for_status()
+        out = []
+        for choice in reply.json()["choices"]:
+            text = str(choice["text"]).split("<|im_end|>")[0]
+            out.append((temperature, request["task_id"], judge(fmt.parse(text), request["tools"]), text))
+        return out
+
+    jobs = [(n, request, temperature, count) for n, request in enumerate(requests)
+            for temperature, count in ((args.temperature, args.samples), (0.0, 1))]
+    with httpx.Client(timeout=900) as client, ThreadPoolExecutor(args.concurrency) as pool:
+        replies = [reply for done in pool.map(complete, jobs) for reply in done]  # in the jobs' order
+    sampled = [(task, verdict) for temperature, task, verdict, _ in replies if temperature > 0]
+    greedy = [(task, verdict) for temperature, task, verdict, _ in replies if temperature == 0]
+    examples = [{"task_id": task, "reply": text[:300], **verdict}
+                for temperature, task, verdict, text in replies if temperature > 0][:3]
+    return {"sampled": rates(sampled), "greedy": rates(greedy),
+            "prompt_tokens_first": len(render(tokenizer, requests[-1], fmt)), "examples": examples}
 
 
 def interval(figure: dict[str, float]) -> str:
@@ -173,6 +182,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--temperature", type=float, default=0.7, help="of the sampled replies (training's)")
     parser.add_argument("--max-tokens", type=int, default=160, help="per reply (the default model.max_output_tokens)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
     parser.add_argument("--output-dir", type=Path, default=REPO / "runs" / "tool-call-rate")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -207,9 +217,19 @@ def main() -> int:
     with start_server(model, port=0, log_path=args.output_dir / "vllm.log", timeout=900) as server:
         for harness in harnesses:
             for name in args.formats.split(","):
+                cell = args.output_dir / "cells" / f"{harness}-{name}.json"  # a finished cell is reused
+                same = {k: getattr(args, k) for k in ("split", "samples", "temperature", "max_tokens", "seed")}
+                if cell.is_file() and json.loads(cell.read_text()).get("options") == same:
+                    say(f"{harness} x {name}: reusing {cell}")
+                    results.setdefault(harness, {})[name] = json.loads(cell.read_text())["figures"]
+                    continue
                 say(f"{harness} x {name}: {len(requests[harness])} first requests")
-                results.setdefault(harness, {})[name] = measure(server.base_url, server.model, tokenizer,
-                                                                requests[harness], FORMATS[name], args)
+                begun = time.monotonic()
+                figures = measure(server.base_url, server.model, tokenizer, requests[harness], FORMATS[name], args)
+                figures["measure_s"] = round(time.monotonic() - begun)
+                results.setdefault(harness, {})[name] = figures
+                cell.parent.mkdir(exist_ok=True)
+                cell.write_text(json.dumps({"options": same, "figures": figures}, indent=2) + "\n")
     print(f"\nfirst replies of the default model that are a structured call naming an offered tool with arguments "
           f"valid against its schema ({args.split} tasks; {args.samples} samples at T={args.temperature} / greedy; "
           f"95% interval, templates resampled)")
