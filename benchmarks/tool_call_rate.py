@@ -135,16 +135,18 @@ def rates(judged: list[tuple[str, dict[str, bool]]]) -> dict[str, Any]:
 def measure(url: str, model: str, tokenizer: Any, requests: list[dict[str, Any]], fmt: Any,
             args: argparse.Namespace) -> dict[str, Any]:
     """One harness x format cell: every first request completed ``--samples`` times and once greedily, up to
-    ``--concurrency`` requests in flight (vLLM batches them; each request's own seed keeps its replies)."""
+    ``--concurrency`` requests in flight (vLLM batches them; seeded only one at a time, see ``--concurrency``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
 
     def complete(job: tuple[int, dict[str, Any], float, int]) -> list[tuple[float, str, dict[str, bool], str]]:
         n, request, temperature, count = job
-        reply = client.post(url + "/completions", json={
-            "model": model, "prompt": render(tokenizer, request, fmt), "max_tokens": args.max_tokens,
-            "temperature": temperature, "n": count, "seed": args.seed + n, "skip_special_tokens": False})
+        body = {"model": model, "prompt": render(tokenizer, request, fmt), "max_tokens": args.max_tokens,
+                "temperature": temperature, "n": count, "skip_special_tokens": False}
+        if args.concurrency == 1:  # vLLM 0.32's CPU engine dies on a seeded request batched with a chunked prefill
+            body["seed"] = args.seed + n  # ("CPU Generator does not use offset"): seeds only one at a time
+        reply = client.post(url + "/completions", json=body)
         reply.raise_for_status()
         out = []
         for choice in reply.json()["choices"]:
@@ -182,7 +184,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--temperature", type=float, default=0.7, help="of the sampled replies (training's)")
     parser.add_argument("--max-tokens", type=int, default=160, help="per reply (the default model.max_output_tokens)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (1: each seeded with "
+                        "--seed + its index, reproducible; more: unseeded, as vLLM's CPU engine fails on seeded "
+                        "requests batched with a chunked prefill)")
     parser.add_argument("--output-dir", type=Path, default=REPO / "runs" / "tool-call-rate")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -227,6 +231,7 @@ def main() -> int:
                 begun = time.monotonic()
                 figures = measure(server.base_url, server.model, tokenizer, requests[harness], FORMATS[name], args)
                 figures["measure_s"] = round(time.monotonic() - begun)
+                figures["seeded"], figures["concurrency"] = args.concurrency == 1, args.concurrency
                 results.setdefault(harness, {})[name] = figures
                 cell.parent.mkdir(exist_ok=True)
                 cell.write_text(json.dumps({"options": same, "figures": figures}, indent=2) + "\n")
