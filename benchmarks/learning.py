@@ -155,11 +155,17 @@ def harness(args: argparse.Namespace) -> list[str]:
     return [f"+harness={args.harness}"] if args.harness else []
 
 
+def saved_options(output_dir: str | None) -> dict[str, Any]:
+    """The options a learning benchmark's output directory was run with ({} when it is not one)."""
+    saved = Path(output_dir or "") / "learning-options.json"
+    return json.loads(saved.read_text()) if output_dir and saved.is_file() else {}  # type: ignore[no-any-return]
+
+
 def sft_benchmark(args: argparse.Namespace) -> dict[str, Any] | None:
     """The options of the SFT benchmark ``--init`` names (its output directory), None when it names a checkpoint."""
-    if not args.init or not (Path(args.init) / "learning-options.json").is_file():
+    options = saved_options(args.init)
+    if not options:
         return None
-    options: dict[str, Any] = json.loads((Path(args.init) / "learning-options.json").read_text())
     if not options.get("sft"):
         raise SystemExit(f"[learning] --init {args.init} is a learning benchmark without --sft: give an SFT "
                          "benchmark's output directory or a checkpoint")
@@ -336,8 +342,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if args.sft and (args.control == "train" or args.init):
         parser.error("--sft starts from the base policy and its control evaluates the base again: no --control "
                      "train, no --init")
-    saved = Path(args.init or "") / "learning-options.json"
-    if args.control == "sft" and not (args.init and saved.is_file() and json.loads(saved.read_text()).get("sft")):
+    if args.control == "sft" and not saved_options(args.init).get("sft"):
         parser.error("--control sft trains the SFT checkpoint further on that SFT benchmark's data: give --init "
                      "SFT_OUTPUT_DIR (an SFT benchmark's output directory)")
     if args.repeats < 1 or args.trials < 1 or args.steps < 1:
@@ -411,11 +416,8 @@ def main() -> int:
     if args.init and figures.get("seen") and figures.get("unseen"):
         seen, unseen = figures["seen"], figures["unseen"]
         seen_ok = seen["delta"] >= TARGET and seen["low"] > 0
-        net = (against or {}).get("unseen", {}) or {}
-        if against:
-            unseen_ok, net_value = net.get("delta", -1) >= 0, net.get("delta")
-        else:
-            unseen_ok, net_value = unseen["net"] is not None and unseen["net"] >= 0, unseen["net"]
+        net_value = (against.get("unseen") or {}).get("delta") if against else unseen["net"]
+        unseen_ok = net_value is not None and net_value >= 0
         print(f"  issue 32's item 6 targets from --init: seen >= +{100 * TARGET:.0f} points with the lower end > 0: "
               f"{'MET' if seen_ok else 'NOT MET'}; unseen net of the control >= 0: "
               f"{'MET' if unseen_ok else 'NOT MET'} ({pts(net_value)} points; control: {args.control})")
