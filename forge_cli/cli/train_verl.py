@@ -43,7 +43,22 @@ def describe(exp: Experiment, launch: VerlLaunch) -> str:
         if verl_key in launch.mapped:
             lines.append(f"  {forge_key}={json.dumps(_get(data, forge_key))} -> {verl_key}="
                          f"{json.dumps(launch.mapped[verl_key])}")
-    return "\n".join(lines)
+    return "\n".join(lines + serving_lines(exp, launch.inputs.serving))
+
+
+def serving_lines(exp: Experiment, serving: Any) -> list[str]:
+    """How veRL's actor loads the policy and its replicas serve it (``mapping.Serving``), for the plan."""
+    attention = ("flash_attention_2 (flash_attn imports in veRL's environment), use_remove_padding on" if
+                 serving.flash_attn else "sdpa (flash_attn does not import in veRL's environment), use_remove_padding "
+                 "off (sdpa would attend across packed rows)")
+    tools = (f"--enable-auto-tool-choice --tool-call-parser {serving.tool_call_parser}" if serving.tool_call_parser
+             else "off (model.tool_call_parser is null)")
+    context = (f"{exp.model.max_model_len} tokens with YaRN (factor {serving.context['rope_parameters']['factor']:g}"
+               f" over the native {serving.context['rope_parameters']['original_max_position_embeddings']})"
+               if serving.context else f"{exp.model.max_model_len} tokens (within the model's native context)")
+    return ["policy in veRL:", f"  actor attention: {attention}",
+            f"  replicas: served as {serving.served_name!r}; tool calls {tools}; chat template "
+            f"{serving.chat_template or 'the model' + chr(39) + 's own'}", f"  context: {context}"]
 
 
 def train_verl(exp: Experiment, data: dict[str, Any], *, resume: Path | None, dry_run: bool, as_json: bool) -> None:

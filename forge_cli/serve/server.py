@@ -144,7 +144,14 @@ def _model_config(path: Path) -> dict[str, Any]:
 
 
 def context_extension_args(model: SmolModel | VllmModel, path: Path) -> list[str]:
-    """vLLM arguments that serve ``model.max_model_len`` when it exceeds the checkpoint's native context.
+    """vLLM's ``--hf-overrides`` for ``context_extension`` (none when the native context suffices)."""
+    overrides = context_extension(model, path)
+    return ["--hf-overrides", json.dumps(overrides)] if overrides else []
+
+
+def context_extension(model: SmolModel | VllmModel, path: Path) -> dict[str, Any] | None:
+    """The model-config overrides that serve ``model.max_model_len`` past the checkpoint's native context (``None``
+    within it); forge's server passes them as vLLM's ``--hf-overrides``, veRL's replicas as its engine kwargs.
 
     vLLM sizes its rotary-embedding cache by the checkpoint's ``max_position_embeddings``; forcing a longer
     ``--max-model-len`` past it (VLLM_ALLOW_LONG_MAX_MODEL_LEN) read past that cache here: SmolLM2 served at
@@ -154,7 +161,7 @@ def context_extension_args(model: SmolModel | VllmModel, path: Path) -> list[str
     config = _model_config(path)
     native = int(config.get("max_position_embeddings") or 0)
     if not native or model.max_model_len <= native:
-        return []
+        return None
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     if model.context_extension == "none" or rope.get("rope_type", "default") not in ("default", "yarn"):
         why = ("context_extension is none" if model.context_extension == "none"
@@ -170,8 +177,7 @@ def context_extension_args(model: SmolModel | VllmModel, path: Path) -> list[str
     parameters = {"rope_type": "yarn", "rope_theta": theta, "factor": model.max_model_len / native,
                   "original_max_position_embeddings": native, "attention_factor": 1.0}
     # as transformers' YaRN expects: max_position_embeddings is the scaled length, the native one is "original"
-    overrides = {"max_position_embeddings": model.max_model_len, "rope_parameters": parameters}
-    return ["--hf-overrides", json.dumps(overrides)]
+    return {"max_position_embeddings": model.max_model_len, "rope_parameters": parameters}
 
 
 @dataclass

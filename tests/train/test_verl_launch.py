@@ -53,7 +53,10 @@ walk(OmegaConf.to_container(cfg, resolve=False), "")
 out["typed"] = {"clip_ratio_high": actor.clip_ratio_high, "loss_agg_mode": actor.loss_agg_mode, "n": rollout.n,
                 "temperature": rollout.temperature, "adv_estimator": algo.adv_estimator,
                 "rollout_is": cfg.algorithm.rollout_correction.rollout_is, "filter_groups": algo.filter_groups.enable,
-                "use_kl_loss": actor.use_kl_loss, "lr": actor.optim.lr}
+                "use_kl_loss": actor.use_kl_loss, "lr": actor.optim.lr,
+                # as vLLMHttpServer.launch_server reads its engine kwargs, and HFModelConfig its model overrides
+                "actor_rollout_ref.rollout.engine_kwargs.vllm": rollout.get("engine_kwargs", {}).get("vllm", {}),
+                "actor_rollout_ref.model.override_config": dict(cfg.actor_rollout_ref.model.override_config)}
 print(json.dumps(out))
 '''
 
@@ -137,8 +140,9 @@ def test_mapping_pins_each_value() -> None:
 
 def test_hydra_values() -> None:
     assert mapping.hydra_args({"a": None, "b": True, "c": 1e-06, "d": "/x/y.parquet", "e": ["console", "tb"],
-                               "f": "has space", "g": "it's"}) == [
-        "a=null", "b=true", "c=1e-06", "d=/x/y.parquet", "e=[console,tb]", "f='has space'", "g='it\\'s'"]
+                               "f": "has space", "g": "it's", "h": {"x": True, "y": {"z": 2.0}}}) == [
+        "a=null", "b=true", "c=1e-06", "d=/x/y.parquet", "e=[console,tb]", "f='has space'", "g='it\\'s'",
+        "++h={x:true,y:{z:2.0}}"]
 
 
 def test_readme_table_lists_every_mapping_row() -> None:
@@ -188,6 +192,9 @@ def test_dry_run_shows_command_and_mapping(tmp_path: Path) -> None:
     assert "-m verl.trainer.main_ppo" in out and "--config-name=ppo_trainer" in out
     assert 'algo.group_size=4 -> actor_rollout_ref.rollout.n=4' in out
     assert "trainer.v1.trainer_mode=sync" in out
+    assert "actor attention: sdpa" in out and "use_remove_padding off" in out
+    assert "served as 'policy'; tool calls --enable-auto-tool-choice --tool-call-parser hermes" in out
+    assert "context: 8192 tokens" in out
     assert not any(tmp_path.iterdir()), "a dry run writes nothing"
 
 
@@ -196,13 +203,17 @@ def test_dry_run_shows_command_and_mapping(tmp_path: Path) -> None:
     ["algo=dapo", "algo.kl_coef=0.01", "trainer.precision=float32", "trainer.eval_every=2"],
     ["algo=rloo", "algo.loss_agg_mode=token-mean", "trainer.lora={rank:8,alpha:16}"],
     ["trainer.strategy=megatron"],
-], ids=["grpo", "dapo-kl-float32", "rloo-lora", "megatron"])
+    ["model.max_model_len=16384", "model.tool_call_parser=null"],
+], ids=["grpo", "dapo-kl-float32", "rloo-lora", "megatron", "yarn-no-tools"])
 def test_dry_run_config_is_accepted_by_verl(tmp_path: Path, overrides: list[str]) -> None:
     _verl()
     plan_json = _dry_run(tmp_path, *overrides)
     got = _in_verl(COMPOSE, plan_json, tmp_path)
     flat = got["flat"]
     for key, value in plan_json["config"].items():  # every override landed where veRL reads it
+        if isinstance(value, dict):  # a whole node (++): read back through veRL's typed configs below
+            assert got["typed"][key] == value, (key, got["typed"][key], value)
+            continue
         assert key in flat, f"veRL's config has no {key}"
         if not isinstance(value, list):
             assert flat[key] == value, (key, flat[key], value)

@@ -83,7 +83,7 @@ def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
     from forge_cli.train.step import sample_policy
 
     data = yaml.safe_load(Path(config).read_text())
-    # veRL's replicas serve the model under its path: the harness must ask for that name
+    # the name the replica serves (forge starts veRL's replicas with served_model_name=model.served_name)
     served = httpx.get(f"{upstream.rstrip('/')}/v1/models", timeout=60).json()["data"][0]["id"]
     data["model"] = {**data.get("model", {}), "served_name": served}
     data["proxy"] = {**data.get("proxy", {}), "upstream": upstream, "port": 0}

@@ -71,6 +71,35 @@ def _model_path(exp: Experiment) -> str:
     return str(default_model_dir())
 
 
+def flash_attn_available() -> bool:
+    """``flash_attn`` imports in veRL's environment (False without that environment: the plan then says sdpa)."""
+    python = verl_python()
+    if not python.is_file():
+        return False
+    try:
+        probe = subprocess.run([str(python), "-c", "import flash_attn"], capture_output=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def serving(exp: Experiment, model_path: str) -> mapping.Serving:
+    """How veRL's actor and replicas load and serve the policy, as forge's own server would (``mapping.Serving``);
+    UserError exit 2 when ``model.max_model_len`` exceeds what ``model.context_extension`` allows."""
+    from forge_cli.config.schema import OpenAICompatibleModel, SmolModel
+    from forge_cli.serve.server import context_extension
+
+    model = exp.model
+    assert not isinstance(model, OpenAICompatibleModel)  # refused by mapping.unsupported
+    template = Path(model.chat_template).expanduser().resolve() if model.chat_template else None
+    if template is None and isinstance(model, SmolModel) and model.path is None:
+        template = Path(model_path) / "chat_template.jinja"  # the default model's converted copy carries forge's
+    return mapping.Serving(flash_attn=flash_attn_available(), served_name=model.served_name,
+                           tool_call_parser=model.tool_call_parser,
+                           chat_template=str(template) if template is not None else None,
+                           context=context_extension(model, Path(model_path)))
+
+
 def _tasks(exp: Experiment) -> tuple[list[Task], list[Task], bool]:
     """The train split's tasks and the eval split's (the train tasks again when the env has none)."""
     from forge_cli.envs.source import load_tasks
@@ -91,9 +120,10 @@ def plan(exp: Experiment, run_dir: Path, *, resume: bool = False) -> VerlLaunch:
     mapping.check_supported(exp)
     train, val, has_eval = _tasks(exp)
     verl_dir = run_dir / "verl"
-    inputs = mapping.Inputs(run_dir=run_dir, model_path=_model_path(exp), train_files=verl_dir / "train.parquet",
+    model_path = _model_path(exp)
+    inputs = mapping.Inputs(run_dir=run_dir, model_path=model_path, train_files=verl_dir / "train.parquet",
                             val_files=verl_dir / "val.parquet", agent_loops=verl_dir / "agent_loops.yaml",
-                            num_tasks=len(train), has_eval_split=has_eval)
+                            num_tasks=len(train), has_eval_split=has_eval, serving=serving(exp, model_path))
     if len(train) < exp.trainer.tasks_per_step:
         raise UserError(f"trainer.tasks_per_step={exp.trainer.tasks_per_step} is more than the {len(train)} tasks of "
                         "the train split: veRL's dataloader drops an incomplete last batch, so no step would run",

@@ -77,8 +77,51 @@ MAPPING: list[tuple[str, str]] = [
 
 
 @dataclass(frozen=True)
+class Serving:
+    """How veRL's actor loads the policy and its vLLM replicas serve it (``launch.serving`` reads the machine).
+
+    - ``flash_attn``: ``flash_attn`` imports in veRL's environment. veRL's ``HFModelConfig`` asks transformers for
+      ``flash_attention_2`` unless ``override_config.attn_implementation`` says otherwise, and ``verl[vllm]`` does not
+      install it: without it the actor uses ``sdpa``. veRL's ``use_remove_padding`` packs a micro-batch's rows into
+      one sequence whose positions restart per row; flash-attention's varlen kernel keeps the rows apart, but sdpa
+      (transformers 5.10, veRL 0.9.1) attends across them (``tests/train/test_verl_launch.py`` measures it), so it
+      is on only with flash-attention.
+    - ``served_name``, ``tool_call_parser``, ``chat_template``: as forge's own server (``forge_cli/serve/server.py``)
+      serves the model; veRL starts its replicas without tool calling and under the model's path otherwise.
+    - ``context``: YaRN model-config overrides when ``model.max_model_len`` exceeds the checkpoint's native context
+      (``serve.server.context_extension``), else ``None``. The replicas get them as vLLM's ``hf_overrides``; veRL
+      refuses a ``max_model_len`` above the model config's ``max_position_embeddings``, so the actor's config gets
+      that length too, while it keeps the checkpoint's RoPE as forge's local trainer does.
+    """
+
+    flash_attn: bool = False
+    served_name: str = "policy"
+    tool_call_parser: str | None = "hermes"
+    chat_template: str | None = None
+    context: dict[str, Any] | None = None
+
+    def actor_overrides(self) -> dict[str, Any]:
+        """``actor_rollout_ref.model.override_config``: what veRL's ``HFModelConfig`` sets on the model config."""
+        out: dict[str, Any] = {"attn_implementation": "flash_attention_2" if self.flash_attn else "sdpa"}
+        if self.context:
+            out["max_position_embeddings"] = self.context["max_position_embeddings"]
+        return out
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """``actor_rollout_ref.rollout.engine_kwargs.vllm``: extra ``vllm serve`` arguments of each replica."""
+        out: dict[str, Any] = {"served_model_name": self.served_name}
+        if self.tool_call_parser:
+            out.update(enable_auto_tool_choice=True, tool_call_parser=self.tool_call_parser)
+        if self.chat_template:
+            out["chat_template"] = self.chat_template
+        if self.context:
+            out["hf_overrides"] = self.context
+        return out
+
+
+@dataclass(frozen=True)
 class Inputs:
-    """What forge writes into the run directory for veRL (``launch.write_inputs``)."""
+    """What forge writes into the run directory for veRL (``launch.write_inputs``) and how the policy is served."""
 
     run_dir: Path
     model_path: str
@@ -87,6 +130,7 @@ class Inputs:
     agent_loops: Path
     num_tasks: int
     has_eval_split: bool
+    serving: Serving = Serving()
 
 
 def unsupported(exp: Experiment) -> list[tuple[str, str]]:
@@ -179,7 +223,8 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         # the policy
         "actor_rollout_ref.model.path": inputs.model_path,
         "actor_rollout_ref.model.enable_gradient_checkpointing": t.gradient_checkpointing,
-        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.model.use_remove_padding": inputs.serving.flash_attn,
+        "actor_rollout_ref.model.override_config": inputs.serving.actor_overrides(),
     }
     if fsdp:
         out["actor_rollout_ref.actor.fsdp_config.dtype"] = "float32" if t.precision == "float32" else "bfloat16"
@@ -199,6 +244,7 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         "actor_rollout_ref.rollout.calculate_log_probs": True,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
         "actor_rollout_ref.rollout.max_model_len": exp.model.max_model_len,
+        "actor_rollout_ref.rollout.engine_kwargs.vllm": inputs.serving.engine_kwargs(),
         "actor_rollout_ref.rollout.val_kwargs.n": exp.eval.trials,
         "actor_rollout_ref.rollout.val_kwargs.temperature": eval_temperature,
         "actor_rollout_ref.rollout.val_kwargs.do_sample": eval_temperature > 0,
@@ -245,6 +291,8 @@ def _value(value: Any) -> str:
         return repr(value)
     if isinstance(value, list):
         return "[" + ",".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
     text = str(value)
     if text and all(c.isalnum() or c in "/._-+:@~" for c in text):
         return text
@@ -252,8 +300,10 @@ def _value(value: Any) -> str:
 
 
 def hydra_args(mapped: dict[str, Any]) -> list[str]:
-    """``key=value`` arguments for ``main_ppo`` (each value in Hydra's grammar)."""
-    return [f"{key}={_value(value)}" for key, value in mapped.items()]
+    """``key=value`` arguments for ``main_ppo`` (each value in Hydra's grammar). A dict value replaces the whole
+    node (``++``: veRL's ``engine_kwargs.vllm`` and ``override_config`` are empty dicts, which Hydra's struct mode
+    will not assign to otherwise); the tests read those back through veRL's typed configs, so a renamed node fails."""
+    return [f"{'++' if isinstance(value, dict) else ''}{key}={_value(value)}" for key, value in mapped.items()]
 
 
 def command(python: Path, exp: Experiment, mapped: dict[str, Any]) -> list[str]:
