@@ -10,13 +10,17 @@ Registered through an agent-loop YAML (``actor_rollout_ref.rollout.agent.agent_l
 
 and chosen per dataset row (``agent_name``). A dataset row carries forge's task id (``forge_task_id``).
 
-Per worker process (veRL instantiates the class once per rollout; the session is shared): the forge experiment is
-read once, its proxy's upstream is one of veRL's vLLM replicas (acquired from veRL's load balancer once per
-worker: every rollout of a worker goes to that replica), and a ``RolloutSession`` starts the capture proxy, tool
-server and services. Each ``run``: the proxy's weight version is veRL's ``global_steps`` (right in
+Per worker process (veRL instantiates the class once per rollout; the session is shared, one per process): the
+forge experiment is read once, its proxy's upstream is one of veRL's vLLM replicas (acquired from veRL's load
+balancer once per worker: every rollout of a worker goes to that replica), and a ``RolloutSession`` starts the
+capture proxy, tool server and services. Each ``run``: the proxy's weight version is veRL's ``global_steps`` (right in
 ``trainer.v1.trainer_mode=sync``, whose weight sync drains in-flight requests first; the async modes abort them
 and a harness would see a broken answer), forge runs the rollout, reads its records, builds its segments with
 forge's sample builder and returns ``convert``'s outputs as veRL ``AgentLoopOutput``s.
+
+The session's lifetime is the worker process's: it is started on a thread kept for the process's life, so the
+capture proxy, tool server and services it starts carry a parent-death signal (they end when the worker ends, even
+killed), and it is closed at interpreter exit (``atexit``: processes stopped, sandboxes removed, results flushed).
 
 What veRL 0.9.1's V1 path does with what an agent loop returns (read in its code):
 
@@ -40,15 +44,19 @@ Raising is avoided: it would tag the whole group ``failure``. Not verified here:
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import logging
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
+from forge_cli.procs import lives_with_process
 from forge_cli.train.verl.convert import convert, to_agent_loop_outputs
 
 log = logging.getLogger(__name__)
@@ -69,6 +77,20 @@ class _Runtime:
 
 _RUNTIME: _Runtime | None = None
 _LOCK = asyncio.Lock()
+# the thread that starts the session: kept for the process's life, so the session's children die with the process
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forge-session", initializer=lives_with_process)
+
+
+def close_runtime() -> None:
+    """Close this worker's session (proxy, tool server, services, sandboxes); run at interpreter exit."""
+    global _RUNTIME
+    runtime, _RUNTIME = _RUNTIME, None
+    if runtime is not None:
+        with contextlib.suppress(Exception):
+            runtime.session.__exit__(None, None, None)
+
+
+atexit.register(close_runtime)
 
 
 def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
@@ -97,7 +119,7 @@ def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
     except Exception:
         log.info("no eval split: validation rows are train tasks")
     session = RolloutSession(exp, data, taskset, lambda line: log.info("%s", line))
-    session.__enter__()
+    session.__enter__()  # closed by close_runtime at exit
     return _Runtime(session=session, tasks=tasks, policy=sample_policy(exp), exp=exp)
 
 
@@ -124,7 +146,8 @@ class ForgeHarnessAgentLoop(AgentLoopBase):
         async with _LOCK:
             if _RUNTIME is None:
                 upstream = await _replica(self.server_manager)
-                _RUNTIME = await asyncio.to_thread(_start, self.forge_config, self.forge_rollouts_dir, upstream)
+                _RUNTIME = await asyncio.wrap_future(
+                    _STARTER.submit(_start, self.forge_config, self.forge_rollouts_dir, upstream))
             return _RUNTIME
 
     async def run(self, sampling_params: dict[str, Any], **fields: Any) -> list[Any]:
