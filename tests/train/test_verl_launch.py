@@ -128,7 +128,7 @@ def test_mapping_pins_each_value() -> None:
         "algorithm.filter_groups.enable": True, "algorithm.rollout_correction.rollout_is": "token",
         "algorithm.rollout_correction.rollout_is_threshold": 3.0, "actor_rollout_ref.actor.use_kl_loss": True,
         "actor_rollout_ref.actor.kl_loss_coef": 0.01, "actor_rollout_ref.actor.fsdp_config.dtype": "float32",
-        "data.train_batch_size": 8, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+        "data.train_batch_size": 8, "actor_rollout_ref.actor.ppo_mini_batch_size": 32,  # 8 tasks x 4 rows
         "trainer.total_training_steps": 5, "trainer.total_epochs": 3,  # 20 tasks / 8 = 2 batches an epoch
         "actor_rollout_ref.rollout.temperature": 0.9, "actor_rollout_ref.rollout.val_kwargs.n": 3,
         "actor_rollout_ref.rollout.val_kwargs.do_sample": False, "trainer.n_gpus_per_node": 2,
@@ -166,6 +166,8 @@ def test_every_mapped_key_is_set() -> None:
     (["trainer.max_staleness=1"], "max_staleness"),
     (["trainer.micro_batch_tokens=1024"], "micro_batch_tokens=1024"),
     (["trainer.tasks_per_step=500"], "tasks_per_step=500"),
+    (["algo=rloo", "algo.loss_agg_mode=token-mean"], "algo.advantage=rloo"),
+    (["trainer.ppo_mini_batches=2"], "trainer.ppo_mini_batches=2"),
     (["model=openai-compatible", "model.base_url=http://127.0.0.1:9/v1", "model.model=x"], "cannot train"),
 ])
 def test_what_verl_cannot_do_is_one_message_exit_2(tmp_path: Path, overrides: list[str], needle: str) -> None:
@@ -201,10 +203,10 @@ def test_dry_run_shows_command_and_mapping(tmp_path: Path) -> None:
 @pytest.mark.parametrize("overrides", [
     [],
     ["algo=dapo", "algo.kl_coef=0.01", "trainer.precision=float32", "trainer.eval_every=2"],
-    ["algo=rloo", "algo.loss_agg_mode=token-mean", "trainer.lora={rank:8,alpha:16}"],
+    ["algo=grpo", "algo.norm_adv_by_std=false", "trainer.lora={rank:8,alpha:16}"],
     ["trainer.strategy=megatron"],
     ["model.max_model_len=16384", "model.tool_call_parser=null"],
-], ids=["grpo", "dapo-kl-float32", "rloo-lora", "megatron", "yarn-no-tools"])
+], ids=["grpo", "dapo-kl-float32", "grpo-unnormalised-lora", "megatron", "yarn-no-tools"])
 def test_dry_run_config_is_accepted_by_verl(tmp_path: Path, overrides: list[str]) -> None:
     _verl()
     plan_json = _dry_run(tmp_path, *overrides)

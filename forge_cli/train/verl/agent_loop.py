@@ -31,13 +31,16 @@ What veRL 0.9.1's V1 path does with what an agent loop returns (read in its code
   110-113, 317-343``); with ``sync_refill_failed_groups=True`` a failed group that stored no row at all is evicted
   and refilled.
 - An empty list (``agent_loop_tq.py:150-158``, ``_agent_loop_postprocess``): "Empty output" is logged, nothing is
-  stored for that session, and the group ends ``finished``. ``compute_advantage_for_multi_trajectories``
-  (``verl/trainer/ppo/v1/utils.py:158-196``) computes GRPO over the sessions present: the group trains without
-  it (a group left with one rollout gets advantage 0).
+  stored for that session, and the group ends ``finished``. A ``finished`` group that stored no row crashes the
+  step: with DAPO's filter (``replay_buffer.py:279,303-307``, "Finished groups are missing DAPO metric") and, when
+  every group of the step is empty, without it ("selected terminal groups with no materializable trajectories").
 
-So an infra failure returns ``[]`` (the rollout is dropped, never trained as reward 0, and the step goes on),
-counted in ``FAILURES`` and logged; forge's own drops (``BuiltRollout.dropped``) convert to ``[]`` the same way.
-Raising is avoided: it would tag the whole group ``failure``. Not verified here: a run against live veRL replicas
+So a dropped rollout (an infra failure, or forge's own drop: ``BuiltRollout.dropped``) raises ``RolloutDropped``,
+counted in ``FAILURES`` and logged, and forge sets ``trainer.v1.sampler.sync_refill_failed_groups=true``
+(``mapping.overrides``): the group trains on its other rollouts, as in forge's own loop, and a group left with none
+is evicted and refilled with new prompts instead of crashing the step. A group left with one rollout trains with
+its reward as its advantage (GRPO's mean 0 and std 1 for a group of one, ``v1/utils.py`` over the rollout's final
+row), as forge's ``algos.rollout_advantages`` does. Not verified here: a run against live veRL replicas
 (needs GPUs and vLLM); the CPU tests cover ``convert``, veRL's postprocess and its advantages on real records.
 """
 
@@ -63,6 +66,14 @@ log = logging.getLogger(__name__)
 
 # rollouts dropped per reason in this worker process (infra_error, exception, a forge drop reason)
 FAILURES: Counter[str] = Counter()
+
+
+class RolloutDropped(Exception):
+    """A rollout forge does not train on (why: ``reason``): veRL tags its group ``failure`` (see the module doc)."""
+
+    def __init__(self, task_id: str, reason: str) -> None:
+        super().__init__(f"forge rollout of task {task_id} dropped: {reason}")
+        self.reason = reason
 
 
 @dataclass
@@ -176,16 +187,17 @@ class ForgeHarnessAgentLoop(AgentLoopBase):
                     conn.close()
 
             calls = await asyncio.to_thread(records)
-        except Exception:  # an infra failure: drop the rollout, never fail the group or the step
+        except Exception as e:  # an infra failure: drop the rollout (its group trains on the others)
             log.exception("forge rollout of task %s failed; dropped", task_id)
             FAILURES["exception"] += 1
-            return []
+            raise RolloutDropped(task_id, f"exception: {e}") from e
         # DAPO's overlong shaping on the reward, as forge's own loop does (forge sets veRL's reward_score)
         shaped, _ = shape_overlong([RunRollout(result, calls)], runtime.exp)
         built = build_samples(shaped[0], max_seq_len=runtime.policy.max_seq_len, policy=runtime.policy)
         if built.dropped is not None:
             FAILURES[built.dropped] += 1
             log.warning("forge rollout %s dropped: %s", job.rollout_id, built.dropped)
+            raise RolloutDropped(task_id, built.dropped)
         outputs = convert(built, global_steps=step,
                           metrics={"generate_sequences": time.monotonic() - started})
         return to_agent_loop_outputs(outputs)

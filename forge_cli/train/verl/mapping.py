@@ -30,6 +30,11 @@ AGENT_NAME = "forge_harness"
 AGENT_LOOP_TARGET = "forge_cli.train.verl.agent_loop.ForgeHarnessAgentLoop"
 # compute_grpo_outcome_advantage's epsilon: a function default, no config key
 VERL_GRPO_EPSILON = 1e-6
+# veRL's V1 pads a step's rows to a multiple of ppo_mini_batch_size x rollout.n and takes one optimizer step per
+# such mini-batch of rows (v1/trainer_base.py _get_required_batch_multiple, _update_actor). A rollout that splits
+# is several rows, so forge sets ppo_mini_batch_size to this many rows per rollout: one optimizer step per pass while
+# the step's rollouts average at most this many segments (the padding rows carry no loss); past it veRL takes more
+SEGMENTS_PER_ROLLOUT = 4
 
 # forge option -> the veRL key it sets (README "veRL backend" table; tests check both directions)
 MAPPING: list[tuple[str, str]] = [
@@ -160,10 +165,15 @@ def unsupported(exp: Experiment) -> list[tuple[str, str]]:
         out.append((f"trainer.micro_batch_tokens={t.micro_batch_tokens} is below trainer.max_seq_len="
                     f"{t.max_seq_len}: veRL packs whole rows into micro-batches of at most that many tokens",
                     f"trainer.micro_batch_tokens={t.max_seq_len} (or more)"))
-    if t.tasks_per_step % t.ppo_mini_batches:
-        out.append((f"trainer.ppo_mini_batches={t.ppo_mini_batches} does not divide trainer.tasks_per_step="
-                    f"{t.tasks_per_step}: veRL's ppo_mini_batch_size counts whole prompts",
-                    "a trainer.ppo_mini_batches that divides trainer.tasks_per_step"))
+    if a.advantage == "rloo":
+        out.append(("algo.advantage=rloo: veRL's V1 counts RLOO's leave-one-out baseline over stored rows, and a "
+                    "forge rollout that splits into segments is several rows (forge counts rollouts)",
+                    "algo=grpo or algo=dapo (GRPO's statistics are per rollout in veRL's V1, as in forge)"))
+    if t.ppo_mini_batches > 1:
+        out.append((f"trainer.ppo_mini_batches={t.ppo_mini_batches}: veRL's V1 slices mini-batches by rows after "
+                    "reordering them by length (a group is split across them, and a rollout that splits adds "
+                    "rows, so the count of optimizer steps varies); forge's local trainer keeps groups whole",
+                    "trainer.ppo_mini_batches=1 (one optimizer step per pass; trainer.ppo_epochs for more)"))
     if t.strategy == "megatron" and t.lora is not None:
         out.append(("trainer.lora with trainer.strategy=megatron: veRL's LoRA keys are for FSDP",
                     "trainer.strategy=fsdp2"))
@@ -209,9 +219,10 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         "actor_rollout_ref.actor.kl_loss_coef": a.kl_coef,
         "actor_rollout_ref.actor.kl_loss_type": a.kl_penalty,
         "actor_rollout_ref.actor.entropy_coeff": 0,
-        # ppo_mini_batches optimizer steps per pass over the step's batch, as forge's local trainer
+        # one optimizer step per pass over the step's batch (ppo_mini_batches=1, the only one allowed) while the
+        # rollouts average at most SEGMENTS_PER_ROLLOUT rows; use_dynamic_bsz lets it exceed train_batch_size
         "data.train_batch_size": t.tasks_per_step,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": max(1, t.tasks_per_step // t.ppo_mini_batches),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": t.tasks_per_step * SEGMENTS_PER_ROLLOUT,
         "actor_rollout_ref.actor.ppo_epochs": t.ppo_epochs,
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": t.micro_batch_tokens,
@@ -264,6 +275,8 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         # the run
         "trainer.use_v1": True,
         "trainer.v1.trainer_mode": "sync",
+        # a group whose rollouts were all dropped (RolloutDropped) is evicted and refilled, not an empty step
+        "trainer.v1.sampler.sync_refill_failed_groups": True,
         "trainer.total_training_steps": t.steps,
         "trainer.total_epochs": _total_epochs(exp, inputs.num_tasks),
         "trainer.save_freq": t.save_every or t.steps,
