@@ -188,7 +188,7 @@ def check_verl(exp: Experiment) -> list[Check]:
         checks.append(Check(f"{dist} in veRL's environment", found is not None,
                             f"{dist} {found}" if found else f"no {dist} in {where} ({why})",
                             "" if found else f"{where}/bin/pip install {dist} (on a GPU node: the version veRL "
-                            f"{VERL_VERSION} supports, see README 'veRL backend')"))
+                            f"{VERL_VERSION} supports, see docs/verl.md)"))
     t = exp.trainer
     if t.ray_address:
         checks.append(Check("GPUs", True, f"on the Ray cluster {t.ray_address} (Ray places the workers)"))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts dockerd in the background if none answers. No bridge on a private range, no iptables:
-# containers use host networking (see DESIGN.md).
+# containers use host networking (see docs/architecture.md).
 set -euo pipefail
 if docker info >/dev/null 2>&1; then exit 0; fi
 mkdir -p /var/log

@@ -307,7 +307,7 @@ def module(name: str, part_name: str) -> ModuleType:
 
 
 def table() -> str:
-    """The parts, one a line, for the README and `pytest tests/test_requires.py -s`."""
+    """The parts, one a line, for docs/development.md and `pytest tests/test_requires.py -s`."""
     rows = []
     for found in PARTS.values():
         kind = "make test" if found.ci else f"absent: {found.absent_reason}"

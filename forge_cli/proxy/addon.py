@@ -14,8 +14,8 @@ work to the module with that one responsibility:
 ==================  ===============================================================================
 
 One addon delegating to modules, not one addon per module: mitmproxy calls every hook on every addon, and
-``benchmarks/addon_dispatch.py`` measures what each extra addon costs per call (the figures are in the README's
-"Capture proxy" section).
+``benchmarks/addon_dispatch.py`` measures what each extra addon costs per call (the figures are in
+docs/proxy.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``RolloutResult``: how one (task x harness x sandbox) rollout ended (DESIGN.md, data contracts).
+"""``RolloutResult``: how one (task x harness x sandbox) rollout ended (docs/architecture.md, data contracts).
 
 A rollout's status starts from how its harness process ended (``ok``, ``agent_error``, ``timeout``; the sandbox or a
 service failing: ``infra_error``). Its recorded calls then have the last word (``ending_status``): when the harness

@@ -177,7 +177,7 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
                          "command": [*runtime.proxy_command, "--upstream", runtime.proxy_upstream, "--host", "0.0.0.0",
                                      "--port", str(runtime.proxy_port), "--admin-token-env", PROXY_TOKEN_ENV],
                          # the admin token forge presents (proxy.url through a port-forward): a Secret the user
-                         # creates, never in these manifests (README "Kubernetes")
+                         # creates, never in these manifests (docs/sandboxes.md)
                          "env": [{"name": PROXY_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
                              "name": PROXY_TOKEN_SECRET, "key": "token"}}}],
                          "ports": [{"name": "proxy", "containerPort": runtime.proxy_port, "protocol": "TCP"}],

@@ -190,7 +190,7 @@ class KubernetesSandbox(ContainerSandbox):
                 "register the rollouts there and read their records from it: set proxy.url to "
                 + ("that proxy" if len(hosts) == 1 else "each replica, in order,") + " as this machine reaches it",
                 fix=f"{forwards} & then proxy.url={urls} with FORGE_PROXY_TOKEN set to the forge-proxy-token Secret's "
-                    "token, or run forge in the cluster: forge k8s manifests --with-controller (README 'Kubernetes')",
+                    "token, or run forge in the cluster: forge k8s manifests --with-controller (docs/sandboxes.md)",
                 exit_code=2)
         count = len(upstream_urls(proxy_url))
         if count != runtime.proxy_replicas:

@@ -1,6 +1,7 @@
-"""Bad input never surfaces a traceback: one clear message on stderr and forge's exit code (README, "Exit codes"):
-2 when the user's input is wrong (usage, config values, unknown names or ids, a path the user gave that does not
-exist), 1 when the machine must be fixed (a missing prerequisite, a daemon down, a failed build or service).
+"""Bad input never surfaces a traceback: one clear message on stderr and forge's exit code (docs/configuration.md,
+"Errors and exit codes"): 2 when the user's input is wrong (usage, config values, unknown names or ids, a path the
+user gave that does not exist), 1 when the machine must be fixed (a missing prerequisite, a daemon down, a failed build
+or service).
 
 Generated cases cover every command and option (walked from the Typer app) and every field of every config group
 (walked from forge_cli/config/schema.py: a new field or option is covered without editing this file); a table of

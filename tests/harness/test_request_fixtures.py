@@ -88,7 +88,7 @@ def test_fixture_shape(name: str) -> None:
 
 
 def test_streaming_per_harness() -> None:
-    """mini-swe-agent is the one harness that does not stream (HARNESSES.md); Gemini CLI streams by its path."""
+    """mini-swe-agent is the one harness that does not stream (docs/harnesses.md); Gemini CLI streams by its path."""
     streams = {name: bool(load(name)["body"].get("stream")) or ":streamGenerateContent?alt=sse" in load(name)["path"]
                for name in RECORDED}
     assert streams == {name: name != "mini-swe-agent" for name in RECORDED}

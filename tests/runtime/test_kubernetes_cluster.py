@@ -1,6 +1,6 @@
 """A real ``forge rollout runtime=kubernetes`` on a real cluster: pods, the in-cluster proxy replicas, records back.
 
-Runs when ``KUBECONFIG`` points at a cluster prepared as the README's "Kubernetes" section says and
+Runs when ``KUBECONFIG`` points at a cluster prepared as docs/sandboxes.md says and
 ``FORGE_TEST_PROXY_URL`` names its proxy replicas as this machine reaches them (port-forwards), with
 ``FORGE_PROXY_TOKEN`` set to the ``forge-proxy-token`` Secret's token; skipped with that reason otherwise (no
 cluster runs on forge's CI machines: there the same path runs against the recorded API server,

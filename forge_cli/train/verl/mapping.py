@@ -1,6 +1,6 @@
 """forge's experiment -> veRL 0.9.1's Hydra config for ``python -m verl.trainer.main_ppo`` (pure; no veRL import).
 
-Every forge option that changes what veRL computes maps to exactly one veRL key (``MAPPING``: the README's table is
+Every forge option that changes what veRL computes maps to exactly one veRL key (``MAPPING``: docs/verl.md's table is
 checked against it); what veRL's V1 path cannot do per rollout is refused (``unsupported``: one message and the fix
 each, exit 2) instead of silently computing something else. Keys were read in veRL 0.9.1's
 ``verl/trainer/config/_generated_ppo_trainer.yaml``; ``tests/train/test_verl_launch.py`` composes the result with
@@ -36,7 +36,7 @@ VERL_GRPO_EPSILON = 1e-6
 # the step's rollouts average at most this many segments (the padding rows carry no loss); past it veRL takes more
 SEGMENTS_PER_ROLLOUT = 4
 
-# forge option -> the veRL key it sets (README "veRL backend" table; tests check both directions)
+# forge option -> the veRL key it sets (docs/verl.md table; tests check both directions)
 MAPPING: list[tuple[str, str]] = [
     ("algo.advantage", "algorithm.adv_estimator"),
     ("algo.norm_adv_by_std", "algorithm.norm_adv_by_std_in_grpo"),
