@@ -8,7 +8,8 @@ run:
 	.venv/bin/forge train trainer.steps=2 trainer.tasks_per_step=2
 
 # everything the test suite needs (also Docker, the base image and the pi bundle: one real harness rollout), then
-# lint, types, the docs site (broken links and missing pages fail) and tests; under CI=true a test whose part this installed fails instead of skipping (tests/requires.py)
+# lint, types, the docs site (broken links and missing pages fail) and tests; under CI=true a test whose part this
+# installed fails instead of skipping (tests/requires.py)
 test:
 	scripts/setup.sh all
 	FORGE_HARNESSES=pi scripts/setup.sh harnesses

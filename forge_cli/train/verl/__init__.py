@@ -2,5 +2,5 @@
 
 ``convert`` (importable without veRL) turns one built rollout into the plain fields of veRL's ``AgentLoopOutput``s;
 ``agent_loop.ForgeHarnessAgentLoop`` (imported only inside veRL's environment) runs a forge rollout and returns
-them. ``forge train trainer=verl`` does not launch veRL yet (see docs/verl.md).
+them; ``launch`` and ``mapping`` plan and start ``forge train trainer=verl`` (docs/verl.md).
 """
