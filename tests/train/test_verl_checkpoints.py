@@ -114,3 +114,24 @@ def test_bad_checkpoint_paths_exit_2(verl_run: Path, tmp_path: Path) -> None:
         result = forge("model", *args)
         assert result.returncode == 2, result.stderr
         assert needle in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.e2e  # 3-7 min on 2 cores (a vLLM start on the merged weights and a react rollout): make test-e2e
+@pytest.mark.requires("vllm")
+def test_merged_checkpoint_is_served_and_evaluated_through_a_harness(verl_run: Path, tmp_path: Path) -> None:
+    """The merged veRL checkpoint as ``model=vllm model.path=DIR``: forge's vLLM serves it and ``forge eval`` runs
+    the react harness on it (one builtin test task), every model call answered by it through the capture proxy."""
+    merged = verl_run / "checkpoints" / "global_step_1" / "hf"
+    if not merged.is_dir():
+        assert forge("model", "merge-verl", str(verl_run), timeout=900).returncode == 0
+    result = forge("eval", "--json", "model=vllm", "model.device=cpu", f"model.path={merged}", "rollout.max_tasks=1",
+                   "eval.trials=1",
+                   "proxy.port=0", f"run.output_dir={tmp_path}", timeout=1500)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    run_dir = next(p for p in tmp_path.iterdir() if (p / "results.jsonl").is_file())
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and rows[0]["reward"] in (0.0, 1.0), rows
+    assert rows[0]["calls"] >= 1 and report
+    served = yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["path"]
+    assert Path(served) == merged
