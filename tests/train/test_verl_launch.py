@@ -56,7 +56,9 @@ out["typed"] = {"clip_ratio_high": actor.clip_ratio_high, "loss_agg_mode": actor
                 "use_kl_loss": actor.use_kl_loss, "lr": actor.optim.lr,
                 # as vLLMHttpServer.launch_server reads its engine kwargs, and HFModelConfig its model overrides
                 "actor_rollout_ref.rollout.engine_kwargs.vllm": rollout.get("engine_kwargs", {}).get("vllm", {}),
-                "actor_rollout_ref.model.override_config": dict(cfg.actor_rollout_ref.model.override_config)}
+                "actor_rollout_ref.model.override_config": dict(cfg.actor_rollout_ref.model.override_config),
+                # what _build_replay_buffer hands a custom sampler
+                "trainer.v1.sampler.sampler_kwargs": dict(cfg.trainer.v1.sampler.sampler_kwargs)}
 print(json.dumps(out))
 '''
 

@@ -4,10 +4,12 @@
 
 - advantages: ``compute_advantage_for_multi_trajectories`` (V1) on rows of lone and multi-segment rollouts, beside
   forge's ``algos.rollout_advantages`` on the same rollouts;
-- a group whose rollouts were all dropped: veRL's sync ``ReplayBuffer`` with the plan's sampler settings (DAPO's
-  filter, ``sync_refill_failed_groups``) over a TransferQueue stand-in (the same fake as veRL's CPU tests: TQ is a
+- a group whose rollouts were all dropped: the sampler veRL's trainer builds from the plan (forge's
+  ``ForgeReplayBuffer`` over veRL's sync ``ReplayBuffer``, with DAPO's filter and ``sync_refill_failed_groups``), over
+  a TransferQueue stand-in (the same fake as veRL's CPU tests: TQ is a
   Ray service), when the agent loop raises ``RolloutDropped`` (forge's way: the group is evicted and refilled) and
-  when it returns ``[]`` (the old way: the step crashes);
+  when it returns ``[]`` (the old way: the step crashes); forge's counters, written by two workers, in the step's
+  metrics;
 - optimizer steps: ``PPOTrainer._get_required_batch_multiple`` on the plan's config and veRL's padding rule
   (``upsample_batch_to_divisible_size``) for a step whose rollouts split.
 """
@@ -88,12 +90,11 @@ def step(dropped_status):
         refills.append(k)
         for i in range(k):
             tq.group(f"new{i}", "finished", [(1, 1.0), (1, 0.0)])
-    sampler = cfg.trainer.v1.sampler
-    metric = cfg.algorithm.filter_groups.metric if cfg.algorithm.filter_groups.enable else None
-    buffer = rbm.ReplayBuffer("sync", OmegaConf.create({}), None, "drop", OmegaConf.create({}), poll_interval=0.0,
-                              refill_fn=refill, filter_groups_metric=metric,
-                              train_batch_size=2, gen_batch_size=1, max_inflight_gen_batches=1,
-                              sync_refill_failed_groups=sampler.sync_refill_failed_groups)
+    # the sampler as veRL's trainer builds it from the plan's config (forge's ForgeReplayBuffer, its kwargs)
+    trainer = types.SimpleNamespace(config=cfg, trainer_mode="sync", _add_prompts_to_generate=refill)
+    buffer = PPOTrainer._build_replay_buffer(trainer)
+    buffer.poll_interval = 0.0
+    out["sampler"] = type(buffer).__name__
     try:
         batch, metrics = buffer.sample(global_steps=1, partition_id="train", batch_size=2)
         return {"groups": sorted({k.split("_")[0] for k in batch.keys}), "refills": refills, "metrics": metrics}
@@ -101,6 +102,16 @@ def step(dropped_status):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
+# forge's counters, as two agent-loop workers leave them, reach the step's metrics through forge's sampler
+sys.path.insert(0, sys.argv[2])
+from forge_cli.train.verl.counters import WorkerCounters
+counters_dir = cfg.trainer.v1.sampler.sampler_kwargs.forge_counters_dir
+first, second = WorkerCounters(__import__("pathlib").Path(counters_dir)), None
+first.record("ok")
+first.record("infra_error", dropped="infra_error")
+second = WorkerCounters(__import__("pathlib").Path(counters_dir))
+second.path = second.path.with_name("other-host-1.json")
+second.record("ok")
 out["raised"] = step("failure")
 out["empty"] = step("finished")
 # 3. optimizer steps per pass: rows padded to veRL's multiple, one step per ppo_mini_batch_size x n rows
@@ -121,8 +132,8 @@ def _in_verl(tmp_path: Path, *overrides: str) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     (tmp_path / "plan.json").write_text(result.stdout)
     (tmp_path / "script.py").write_text(SCRIPT)
-    done = subprocess.run([str(env_python("verl")), str(tmp_path / "script.py"), str(tmp_path / "plan.json")],
-                          capture_output=True, text=True, timeout=600)
+    argv = [str(env_python("verl")), str(tmp_path / "script.py"), str(tmp_path / "plan.json"), str(REPO)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return got
@@ -141,6 +152,11 @@ def test_verl_computes_forges_signal(tmp_path: Path, algo: str) -> None:
     assert got["advantages"]["C_0_0"] == got["advantages"]["C_0_1"] == pytest.approx(2 / 3 / 0.5773503, abs=1e-3)
     # a group whose rollouts were all dropped: forge's RolloutDropped -> evicted and refilled; [] crashed the step
     assert got["raised"]["groups"] == ["kept", "new0"] and got["raised"]["refills"] == [1], got["raised"]
+    # forge's counters in the step's metrics (forge's sampler, built by veRL from the plan's config)
+    assert got["sampler"] == "ForgeReplayBuffer"
+    metrics = got["raised"]["metrics"]
+    assert metrics["forge/rollouts_total/ok"] == 2 and metrics["forge/rollouts_total/infra_error"] == 1, metrics
+    assert metrics["forge/dropped_total/infra_error"] == 1, metrics
     if algo == "dapo":  # DAPO's filter finds a finished group without its metric
         assert "RuntimeError" in got["empty"].get("error", ""), got["empty"]
     else:  # the step silently trains on fewer groups (and on none when every group is empty: veRL raises)

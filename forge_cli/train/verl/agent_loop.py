@@ -36,10 +36,11 @@ What veRL 0.9.1's V1 path does with what an agent loop returns (read in its code
   every group of the step is empty, without it ("selected terminal groups with no materializable trajectories").
 
 So a dropped rollout (an infra failure, or forge's own drop: ``BuiltRollout.dropped``) raises ``RolloutDropped``,
-counted in ``FAILURES`` and logged, and forge sets ``trainer.v1.sampler.sync_refill_failed_groups=true``
-(``mapping.overrides``): the group trains on its other rollouts, as in forge's own loop, and a group left with none
-is evicted and refilled with new prompts instead of crashing the step. A group left with one rollout trains with
-its reward as its advantage (GRPO's mean 0 and std 1 for a group of one, ``v1/utils.py`` over the rollout's final
+counted (``counters``: veRL's step metrics get them through forge's sampler) and logged, and forge sets
+``trainer.v1.sampler.sync_refill_failed_groups=true`` (``mapping.overrides``): the group trains on its other
+rollouts, as in forge's own loop, and a group left with none is evicted and refilled with new prompts instead of
+crashing the step. A group left with one rollout trains with its reward as its advantage (GRPO's mean 0 and std 1
+for a group of one, ``v1/utils.py`` over the rollout's final
 row), as forge's ``algos.rollout_advantages`` does. Not verified here: a run against live veRL replicas
 (needs GPUs and vLLM); the CPU tests cover ``convert``, veRL's postprocess and its advantages on real records.
 """
@@ -51,7 +52,6 @@ import atexit
 import contextlib
 import logging
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +61,19 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
 from forge_cli.procs import lives_with_process
 from forge_cli.train.verl.convert import convert, to_agent_loop_outputs
+from forge_cli.train.verl.counters import WorkerCounters
 
 log = logging.getLogger(__name__)
 
-# rollouts dropped per reason in this worker process (infra_error, exception, a forge drop reason)
-FAILURES: Counter[str] = Counter()
+# this worker process's rollouts per status, drops per reason and sample-builder stats (counters.py)
+_COUNTERS: dict[str, WorkerCounters] = {}
+
+
+def counters(rollouts_dir: str) -> WorkerCounters:
+    """This process's counters, written under the run's ``rollouts/counters/`` (read by ``sampler``)."""
+    if rollouts_dir not in _COUNTERS:
+        _COUNTERS[rollouts_dir] = WorkerCounters(Path(rollouts_dir) / "counters")
+    return _COUNTERS[rollouts_dir]
 
 
 class RolloutDropped(Exception):
@@ -189,13 +197,13 @@ class ForgeHarnessAgentLoop(AgentLoopBase):
             calls = await asyncio.to_thread(records)
         except Exception as e:  # an infra failure: drop the rollout (its group trains on the others)
             log.exception("forge rollout of task %s failed; dropped", task_id)
-            FAILURES["exception"] += 1
+            counters(self.forge_rollouts_dir).record("exception", dropped="exception")
             raise RolloutDropped(task_id, f"exception: {e}") from e
         # DAPO's overlong shaping on the reward, as forge's own loop does (forge sets veRL's reward_score)
         shaped, _ = shape_overlong([RunRollout(result, calls)], runtime.exp)
         built = build_samples(shaped[0], max_seq_len=runtime.policy.max_seq_len, policy=runtime.policy)
+        counters(self.forge_rollouts_dir).record(result.status, built, built.dropped)
         if built.dropped is not None:
-            FAILURES[built.dropped] += 1
             log.warning("forge rollout %s dropped: %s", job.rollout_id, built.dropped)
             raise RolloutDropped(task_id, built.dropped)
         outputs = convert(built, global_steps=step,

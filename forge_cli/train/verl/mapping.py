@@ -28,6 +28,7 @@ VERL_VERSION = "0.9.1"
 CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
 AGENT_NAME = "forge_harness"
 AGENT_LOOP_TARGET = "forge_cli.train.verl.agent_loop.ForgeHarnessAgentLoop"
+SAMPLER = ("pkg://forge_cli.train.verl.sampler", "ForgeReplayBuffer")
 # compute_grpo_outcome_advantage's epsilon: a function default, no config key
 VERL_GRPO_EPSILON = 1e-6
 # veRL's V1 pads a step's rows to a multiple of ppo_mini_batch_size x rollout.n and takes one optimizer step per
@@ -277,6 +278,15 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         "trainer.v1.trainer_mode": "sync",
         # a group whose rollouts were all dropped (RolloutDropped) is evicted and refilled, not an empty step
         "trainer.v1.sampler.sync_refill_failed_groups": True,
+        # forge's sampler: veRL's sync replay buffer plus forge's rollout counters in each step's metrics
+        # (counters.py); it gets the arguments veRL's _build_replay_buffer gives its own sampler
+        "trainer.v1.sampler.custom_sampler.path": SAMPLER[0],
+        "trainer.v1.sampler.custom_sampler.name": SAMPLER[1],
+        "trainer.v1.sampler.sampler_kwargs": {
+            "forge_counters_dir": str(inputs.run_dir / "rollouts" / "counters"),
+            "filter_groups_metric": "reward" if a.dynamic_sampling == "refill" else None,
+            "sync_refill_failed_groups": True, "train_batch_size": t.tasks_per_step, "gen_batch_size": 1,
+            "max_inflight_gen_batches": 1},
         "trainer.total_training_steps": t.steps,
         "trainer.total_epochs": _total_epochs(exp, inputs.num_tasks),
         "trainer.save_freq": t.save_every or t.steps,
