@@ -189,7 +189,9 @@ def check_verl(exp: Experiment) -> list[Check]:
                             f"{dist} {found}" if found else f"no {dist} in {where} ({why})",
                             "" if found else f"{where}/bin/pip install {dist} (on a GPU node: the version veRL "
                             f"{VERL_VERSION} supports, see docs/verl.md)"))
-    t = exp.trainer
+    from forge_cli.train.verl.options import verl_options
+
+    t = verl_options(exp)
     if t.ray_address:
         checks.append(Check("GPUs", True, f"on the Ray cluster {t.ray_address} (Ray places the workers)"))
     else:

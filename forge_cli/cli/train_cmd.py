@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from pathlib import Path
@@ -38,11 +39,15 @@ def train(
     """
     exp, data = experiment("train", overrides, config_dir, resume)
     exp, data, fitted, context_note = _checked(exp, data, overrides, resume)
-    if exp.trainer.kind == "verl":
-        from forge_cli.cli.train_verl import train_verl
+    # the trainer backend's own entry (trainer.kind's options class names it: config/training.py)
+    module, _, name = type(exp.trainer).runner.partition(":")
+    runner = getattr(importlib.import_module(module), name)
+    runner(exp, data, fitted=fitted, context_note=context_note, resume=resume, dry_run=dry_run, as_json=as_json)
 
-        train_verl(fitted, data, resume=resume, dry_run=dry_run, as_json=as_json)
-        return
+
+def train_local(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, context_note: str | None,
+                resume: Path | None, dry_run: bool, as_json: bool) -> None:
+    """``forge train`` with forge's own trainer (``trainer=local``): the plan, or the step loop to its summary."""
     if dry_run:
         from forge_cli.rollout.plan import build_plan
         from forge_cli.train.backend import backend_class

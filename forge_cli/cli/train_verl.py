@@ -26,8 +26,9 @@ def _get(data: dict[str, Any], dotted: str) -> Any:
 def describe(exp: Experiment, launch: VerlLaunch) -> str:
     """The plan as text: what runs where, the command, and each forge option with the veRL key it sets."""
     from forge_cli.train.verl import mapping
+    from forge_cli.train.verl.options import verl_options
 
-    t = exp.trainer
+    t = verl_options(exp)
     data = exp.model_dump(mode="json")
     lines = [f"veRL {mapping.VERL_VERSION} (trainer=verl): {t.steps} steps x {t.tasks_per_step} tasks x "
              f"{exp.algo.group_size} rollouts of {len(launch.train_tasks)} train tasks "
@@ -59,6 +60,12 @@ def serving_lines(exp: Experiment, serving: Any) -> list[str]:
     return ["policy in veRL:", f"  actor attention: {attention}",
             f"  replicas: served as {serving.served_name!r}; tool calls {tools}; chat template "
             f"{serving.chat_template or 'the model' + chr(39) + 's own'}", f"  context: {context}"]
+
+
+def run(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, context_note: str | None,
+        resume: Path | None, dry_run: bool, as_json: bool) -> None:
+    """``forge train`` with ``trainer=verl`` (its options class's runner): veRL runs the experiment as fitted."""
+    train_verl(fitted, data, resume=resume, dry_run=dry_run, as_json=as_json)
 
 
 def train_verl(exp: Experiment, data: dict[str, Any], *, resume: Path | None, dry_run: bool, as_json: bool) -> None:
@@ -94,7 +101,7 @@ def train_verl(exp: Experiment, data: dict[str, Any], *, resume: Path | None, dr
     # the last checkpoint as a Hugging Face directory forge serves (forge model merge-verl does any other)
     actor = actor_dir(run_dir)
     merged = merge(actor, Path(plan.inputs.model_path), verl.verl_python(),
-                   backend="megatron" if exp.trainer.strategy == "megatron" else "fsdp")
+                   backend="megatron" if getattr(exp.trainer, "strategy", "") == "megatron" else "fsdp")
     summary = {"run_dir": str(run_dir), "duration_s": took, "checkpoints": str(run_dir / "checkpoints"),
                "merged": str(merged), "tensorboard": str(run_dir / "tensorboard")}
     typer.echo(json.dumps(summary, indent=2) if as_json else

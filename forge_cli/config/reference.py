@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from forge_cli.config import schema
+from forge_cli.config import schema, training
 from forge_cli.paths import configs_dir
 
 DEFAULT_DIR = "docs/reference/options"
@@ -209,11 +209,17 @@ def rows(cls: type[BaseModel], prefix: str, comments: dict[str, str]) -> list[st
 
 
 def _section_models(name: str) -> list[type[BaseModel]]:
+    if name == "trainer":  # registered by name (config/training.py): one section per registered backend
+        training._load_all()
+        return [training.TRAINER_OPTIONS[k] for k in sorted(training.TRAINER_OPTIONS)]
     return _models(schema.Experiment.model_fields[name].annotation)
 
 
 def _tag(model: type[BaseModel]) -> tuple[str, str] | None:
     """The discriminator of a group's variant: ("kind", "docker"), ("source", "vllm")."""
+    for kind, registered in training.TRAINER_OPTIONS.items():
+        if registered is model:
+            return "kind", kind
     for tag in ("kind", "source"):
         field = model.model_fields.get(tag)
         if field is not None and typing.get_origin(field.annotation) is Literal:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
 from forge_cli.config.fields import Strict, parse_memory, upstream_urls
-from forge_cli.config.training import AlgoConfig, LoraSettings, TrainerConfig
+from forge_cli.config.training import AlgoConfig, LoraSettings, TrainerConfig, validate_trainer
 
 __all__ = ["AlgoConfig", "LoraSettings", "Strict", "TrainerConfig", "parse_memory", "upstream_urls"]
 
@@ -428,13 +428,19 @@ class Experiment(Strict):
         merged = {**judge, **{k: v for k, v in own.items() if v is not None}}
         return {**data, "env": {**data["env"], "options": {**options, "judge": merged}}}
 
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _trainer_by_kind(cls, value: Any) -> Any:
+        """``trainer`` as the options class its ``kind`` registered (``config.training.trainer_options``)."""
+        return validate_trainer(value)
+
     run: RunSettings
     harness: HarnessConfig
     env: EnvConfig
     runtime: RuntimeConfig
     model: ModelConfig
     algo: AlgoConfig
-    trainer: TrainerConfig
+    trainer: SerializeAsAny[TrainerConfig]
     rollout: RolloutSettings = RolloutSettings()
     proxy: ProxySettings = ProxySettings()
     tools: ToolServerSettings = ToolServerSettings()

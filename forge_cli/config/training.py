@@ -5,7 +5,8 @@ Re-exported by :mod:`forge_cli.config.schema`, where the experiment that holds t
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import contextlib
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -85,7 +86,15 @@ class LoraSettings(Strict):
 
 
 class TrainerConfig(Strict):
-    kind: Literal["local", "verl"]
+    """The trainer backend's options (configs/trainer/): those every backend reads, here; a backend with options of
+    its own subclasses this with ``kind="NAME"`` (registered by that name on definition, no central list) and names
+    the function that runs ``forge train`` with it (``runner``, ``module:function``). ``trainer.kind`` picks the
+    class (``trainer_options``): forge's own live in ``forge_cli/train/<kind>/options.py`` (``local`` below); a
+    package's own registers through the entry-point group ``forge.trainers`` (``NAME = "package.module:Class"``),
+    loaded when a kind is not registered yet.
+    """
+
+    kind: str
     description: str
     steps: Annotated[int, Field(ge=1)] = 10
     tasks_per_step: Annotated[int, Field(ge=1)] = 4
@@ -121,9 +130,69 @@ class TrainerConfig(Strict):
     max_staleness: Annotated[int, Field(ge=0)] = 0
     # LoRA adapters instead of full weights (null: full fine-tuning); see LoraSettings
     lora: LoraSettings | None = None
-    # veRL only
-    n_gpus_per_node: Annotated[int, Field(ge=1)] = 1
-    nnodes: Annotated[int, Field(ge=1)] = 1
-    strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
-    # a Ray cluster to run on (RAY_ADDRESS, e.g. ray://head:10001); null: a local Ray on this machine's GPUs
-    ray_address: str | None = None
+
+    # the function that runs forge train with these options (``module:function``), called as
+    # ``runner(exp, data, resume=..., dry_run=..., as_json=...)``
+    runner: ClassVar[str] = ""
+
+    def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind:
+            TRAINER_OPTIONS[kind] = cls
+
+
+TRAINER_OPTIONS: dict[str, type[TrainerConfig]] = {}
+ENTRY_POINTS = "forge.trainers"
+
+
+def _load_all() -> None:
+    """Register every trainer backend there is: forge's own (``forge_cli/train/<kind>/options.py``, found without
+    installed metadata, e.g. in a source checkout) and the ``forge.trainers`` entry points of installed packages."""
+    import importlib
+    import pkgutil
+    from importlib.metadata import entry_points
+
+    import forge_cli.train
+
+    for module in pkgutil.iter_modules(forge_cli.train.__path__):
+        if module.ispkg:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"forge_cli.train.{module.name}.options")
+    for point in entry_points(group=ENTRY_POINTS):
+        if point.name not in TRAINER_OPTIONS:
+            with contextlib.suppress(Exception):  # a broken plugin is reported as missing, by name
+                point.load()
+
+
+def trainer_options(kind: str) -> type[TrainerConfig]:
+    """The options class registered as ``kind``; ValueError naming the registered kinds otherwise."""
+    if kind not in TRAINER_OPTIONS:
+        _load_all()
+    if kind not in TRAINER_OPTIONS:
+        raise ValueError(f"no trainer backend named {kind!r} (registered: {', '.join(sorted(TRAINER_OPTIONS))}; a "
+                         f"package adds one through the entry-point group {ENTRY_POINTS!r})")
+    return TRAINER_OPTIONS[kind]
+
+
+def validate_trainer(value: Any) -> Any:
+    """``trainer`` (a mapping) as its backend's options class, picked by ``kind``."""
+    if isinstance(value, TrainerConfig) or not isinstance(value, dict):
+        return value
+    kind = value.get("kind")
+    if not isinstance(kind, str):
+        raise ValueError("trainer.kind is required (local, verl, or a backend a package registers)")
+    options = trainer_options(kind)
+    if any(key not in options.model_fields for key in value):
+        _load_all()
+    for key in value:
+        others = [k for k, c in TRAINER_OPTIONS.items() if key in c.model_fields and key not in options.model_fields]
+        if others:
+            raise ValueError(f"trainer.{key} is an option of trainer={', '.join(others)}, not of trainer={kind} "
+                             f"(remove it, or choose trainer={others[0]})")
+    return options.model_validate(value)
+
+
+class LocalTrainerConfig(TrainerConfig, kind="local"):
+    """forge's own single-process trainer (``forge_cli/train/loop.py`` with ``train/local.py``'s backend)."""
+
+    runner: ClassVar[str] = "forge_cli.cli.train_cmd:train_local"

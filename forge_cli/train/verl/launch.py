@@ -31,6 +31,7 @@ import yaml
 from forge_cli.errors import UserError
 from forge_cli.paths import env_python
 from forge_cli.train.verl import mapping
+from forge_cli.train.verl.options import verl_options
 
 if TYPE_CHECKING:
     from forge_cli.config.schema import Experiment
@@ -130,8 +131,9 @@ def plan(exp: Experiment, run_dir: Path, *, resume: bool = False) -> VerlLaunch:
                         fix=f"trainer.tasks_per_step={len(train)} (or fewer)", exit_code=2)
     mapped = mapping.overrides(exp, inputs, resume=resume)
     env = {"TENSORBOARD_DIR": str(run_dir / "tensorboard")}
-    if exp.trainer.ray_address:
-        env["RAY_ADDRESS"] = exp.trainer.ray_address
+    ray_address = verl_options(exp).ray_address
+    if ray_address:
+        env["RAY_ADDRESS"] = ray_address
     return VerlLaunch(run_dir=run_dir, inputs=inputs, mapped=mapped, argv=mapping.command(verl_python(), exp, mapped),
                       env=env, train_tasks=train, val_tasks=val)
 

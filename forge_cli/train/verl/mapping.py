@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forge_cli.errors import UserError
+from forge_cli.train.verl.options import verl_options
 
 if TYPE_CHECKING:
     from forge_cli.config.schema import Experiment
@@ -141,7 +142,7 @@ class Inputs:
 
 def unsupported(exp: Experiment) -> list[tuple[str, str]]:
     """What this experiment asks that veRL 0.9.1's V1 path cannot do per rollout: (problem, fix) pairs."""
-    a, t = exp.algo, exp.trainer
+    a, t = exp.algo, verl_options(exp)
     out: list[tuple[str, str]] = []
     if exp.model.source == "openai-compatible":
         out.append(("model=openai-compatible: veRL trains and serves the policy itself on its GPUs",
@@ -198,7 +199,7 @@ def _total_epochs(exp: Experiment, num_tasks: int) -> int:
 
 def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[str, Any]:
     """veRL's Hydra overrides for this experiment, in a stable order (key -> value; ``None`` is null)."""
-    a, t, s = exp.algo, exp.trainer, exp.rollout.sampling
+    a, t, s = exp.algo, verl_options(exp), exp.rollout.sampling
     fsdp = t.strategy in ("fsdp", "fsdp2")
     temperature = s.temperature if s.temperature is not None else 1.0
     eval_temperature = exp.eval.temperature if exp.eval.temperature is not None else temperature
@@ -331,7 +332,7 @@ def hydra_args(mapped: dict[str, Any]) -> list[str]:
 
 def command(python: Path, exp: Experiment, mapped: dict[str, Any]) -> list[str]:
     """The full command line: veRL's environment's Python running ``main_ppo`` with the mapped config."""
-    return [str(python), "-m", "verl.trainer.main_ppo", f"--config-name={CONFIG_NAME[exp.trainer.strategy]}",
+    return [str(python), "-m", "verl.trainer.main_ppo", f"--config-name={CONFIG_NAME[verl_options(exp).strategy]}",
             *hydra_args(mapped)]
 
 
