@@ -184,12 +184,20 @@ def validate_trainer(value: Any) -> Any:
     options = trainer_options(kind)
     if any(key not in options.model_fields for key in value):
         _load_all()
+    kept = dict(value)
     for key in value:
-        others = [k for k, c in TRAINER_OPTIONS.items() if key in c.model_fields and key not in options.model_fields]
-        if others:
-            raise ValueError(f"trainer.{key} is an option of trainer={', '.join(others)}, not of trainer={kind} "
-                             f"(remove it, or choose trainer={others[0]})")
-    return options.model_validate(value)
+        others = [c for c in TRAINER_OPTIONS.values() if key in c.model_fields and key not in options.model_fields]
+        if not others:
+            continue
+        if all(value[key] == c.model_fields[key].default for c in others):
+            # run directories written before the backends had options of their own carry veRL's keys at their
+            # defaults in a local trainer's config: read them as they were meant (ignored), so --resume works
+            del kept[key]
+            continue
+        names = ", ".join(k for k, c in TRAINER_OPTIONS.items() if c in others)
+        raise ValueError(f"trainer.{key} is an option of trainer={names}, not of trainer={kind} (remove it, or "
+                         f"choose trainer={names.split(', ')[0]})")
+    return options.model_validate(kept)
 
 
 class LocalTrainerConfig(TrainerConfig, kind="local"):

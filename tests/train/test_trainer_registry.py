@@ -65,3 +65,14 @@ def test_unknown_backend_and_misplaced_option_are_exit_2(tmp_path: Path) -> None
                       f"run.output_dir={tmp_path}", timeout=300)
     assert misplaced.returncode == 2, misplaced.stderr
     assert "trainer.ray_address is an option of trainer=verl, not of trainer=local" in misplaced.stderr
+
+
+def test_a_local_config_written_before_the_split_still_reads() -> None:
+    """Run directories of earlier versions saved veRL's keys, at their defaults, in a local trainer's config
+    (``--resume`` and ``forge eval --compare`` read them back)."""
+    from forge_cli.config.schema import Experiment
+
+    data = compose([]).experiment.model_dump(mode="json")
+    data["trainer"].update(n_gpus_per_node=1, nnodes=1, strategy="fsdp", ray_address=None)
+    exp = Experiment.model_validate(data)
+    assert isinstance(exp.trainer, LocalTrainerConfig) and "nnodes" not in exp.model_dump()["trainer"]
