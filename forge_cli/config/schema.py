@@ -187,6 +187,10 @@ class DockerRuntime(_RuntimeBase):
     kind: Literal["docker"]
     network: str = "host"
     docker_host: str | None = None
+    # process layout in the container: "docker" (docker's --init as PID 1, forge's in-container command runner) or
+    # "pod" (the idle `sleep infinity` is PID 1 and every command arrives through docker exec, as in a Kubernetes
+    # pod): the pod's layout on a docker daemon, so that what holds in a pod can be tested without a cluster
+    layout: Literal["docker", "pod"] = "docker"
 
 
 class KubernetesRuntime(_RuntimeBase):

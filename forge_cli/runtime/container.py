@@ -38,26 +38,24 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Emit = Callable[[Stream, bytes], None]
 
 
-# kill every process of the container but its init (PID 1), the idle command that keeps it alive (the oldest
-# `sleep` whose parent is PID 1: docker's --init runs it as PID 1's child; in a Pod it is PID 1 itself), the docker
-# backend's command runner (the oldest `sh` whose parent is that `sleep`, runner.py) with its per-command subshells
-# (they report each command's exit status), and this shell with its parent; plain POSIX sh and /proc, so it runs in
-# any image
-KILL_ALL = """idle=
-for p in /proc/[0-9]*; do
-  read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
-  if [ "$comm" = "(sleep)" ] && [ "$ppid" = 1 ] && { [ -z "$idle" ] || [ "$pid" -lt "$idle" ]; }; then idle=$pid; fi
-done
-runner=
-for p in /proc/[0-9]*; do
-  read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
-  [ -n "$idle" ] && [ "$comm" = "(sh)" ] && [ "$ppid" = "$idle" ] || continue
-  if [ -z "$runner" ] || [ "$pid" -lt "$runner" ]; then runner=$pid; fi
-done
-for p in /proc/[0-9]*; do
-  read -r pid comm state ppid rest < "$p/stat" 2>/dev/null || continue
-  [ "$pid" = 1 ] || [ "$pid" = "$$" ] || [ "$pid" = "$PPID" ] || [ "$pid" = "$idle" ] || [ "$pid" = "$runner" ] ||
-    { [ -n "$runner" ] && [ "$ppid" = "$runner" ]; } || kill -9 "$pid" 2>/dev/null
+# kill every process of the container that forge did not start with it: every process outside the container's own
+# session (session 1: PID 1 and what the container's command started, i.e. docker's --init, the idle `sleep` and
+# forge's command runner with its per-command subshells, runner.py; in a pod the idle `sleep` is PID 1). Every
+# command forge runs in the container gets a session of its own (docker/kube exec, or the runner's setsid) and no
+# process can join another session, so the test cannot be faked by a name, a parent or a pid file. Zombies are
+# skipped (already dead), this shell and its parent spared. A pass that killed something is repeated (a fork loop
+# keeps starting processes while /proc is walked), at most 100 times. Plain POSIX sh and /proc: it runs in any image
+KILL_ALL = """n=0
+while [ "$n" -lt 100 ]; do
+  n=$((n + 1)) found=
+  for p in /proc/[0-9]*; do
+    read -r line < "$p/stat" 2>/dev/null || continue
+    pid=${p#/proc/}
+    set -- ${line##*) }
+    [ "$1" = Z ] || [ "$4" = 1 ] || [ "$pid" = "$$" ] || [ "$pid" = "$PPID" ] && continue
+    kill -9 "$pid" 2>/dev/null && found=1
+  done
+  [ -n "$found" ] || break
 done
 exit 0"""
 

@@ -35,6 +35,7 @@ from forge_cli.runtime.base import (
 )
 from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
 from forge_cli.runtime.docker_spec import container_kwargs
+from forge_cli.runtime.k8s_manifests import POD_IDLE
 from forge_cli.runtime.spec import LABEL_RUN, label_value
 
 DAEMON_FIX = "start dockerd: scripts/dockerd.sh (or scripts/setup.sh docker), or set runtime.docker_host"
@@ -140,7 +141,9 @@ class DockerSandbox(ContainerSandbox):
         from docker.models.containers import _create_container_args
 
         api = client_for(self.runtime).api
-        if _local_daemon(self.runtime):
+        if self.runtime.layout == "pod":  # as k8s_manifests' sandbox pod: sleep infinity as PID 1, execs only
+            kwargs.update(init=False, command=list(POD_IDLE))
+        elif _local_daemon(self.runtime):
             self.channel = runner.Channel()
             kwargs["command"] = runner.main_command(kwargs["command"])
             kwargs["volumes"] = {**kwargs.get("volumes", {}), str(self.channel.dir): {"bind": runner.MOUNT,

@@ -10,6 +10,8 @@ from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.runtime.spec import LABEL_ROLLOUT, SandboxSpec
 
 BUNDLE_VOLUME = "harness-bundle"
+# the sandbox container's command: PID 1 of the pod, idle while forge execs into it (docker's layout=pod copies it)
+POD_IDLE = ("sleep", "infinity")
 CONTROLLER_APP = "forge-controller"
 
 
@@ -78,7 +80,7 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
                 "name": "sandbox",
                 "image": spec.image,
                 "imagePullPolicy": runtime.image_pull_policy,
-                "command": ["sleep", "infinity"],
+                "command": list(POD_IDLE),
                 "workingDir": spec.workdir,
                 "env": [{"name": k, "value": v} for k, v in spec.env.items()],
                 "resources": {"requests": quantities, "limits": quantities},

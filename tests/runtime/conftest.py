@@ -56,6 +56,8 @@ def docker_daemon() -> None:
 BACKENDS = [
     pytest.param("local", id="local"),
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
+    # docker with a Kubernetes pod's process layout (sleep infinity as PID 1, commands through docker exec)
+    pytest.param("docker-pod", id="docker-pod", marks=pytest.mark.docker),
     pytest.param("kubernetes", id="kubernetes", marks=pytest.mark.requires("kubernetes")),
 ]
 
@@ -65,6 +67,8 @@ def runtime_for(kind: str, **fields: Any) -> Any:
         return LocalRuntime(kind="local", description="test", **fields)
     if kind == "docker":
         return DockerRuntime(kind="docker", description="test", **fields)
+    if kind == "docker-pod":
+        return DockerRuntime(kind="docker", description="test", layout="pod", **fields)
     return KubernetesRuntime(kind="kubernetes", description="test",
                              namespace=os.environ.get("FORGE_TEST_NAMESPACE", "forge"),
                              image_pull_policy="IfNotPresent", **fields)
@@ -73,7 +77,7 @@ def runtime_for(kind: str, **fields: Any) -> Any:
 @pytest.fixture(params=BACKENDS)
 def kind(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if name == "docker":
+    if name in ("docker", "docker-pod"):
         request.getfixturevalue("docker_daemon")
     return name
 
@@ -84,7 +88,7 @@ class Factory:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.run_id = f"test-{uuid.uuid4().hex[:10]}"
-        self.cls: type[Sandbox] = backend_class(kind)
+        self.cls: type[Sandbox] = backend_class("docker" if kind == "docker-pod" else kind)
         self.runtime = runtime_for(kind)
         self.count = 0
 
@@ -104,7 +108,7 @@ class Factory:
 
 def leftovers(kind: str, run_id: str, runtime: Any) -> list[str]:
     """What a run still has on the backend, found by label (docker, kubernetes) or directory (local)."""
-    if kind == "docker":
+    if kind in ("docker", "docker-pod"):
         import docker
 
         client = docker.from_env()
