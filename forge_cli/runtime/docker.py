@@ -121,7 +121,7 @@ class DockerSandbox(ContainerSandbox):
         from forge_cli.runtime.docker_spec import docker_run_command
 
         # the container already holds the env; exec inherits it
-        return {"kind": "docker", "docker_run": docker_run_command(spec),
+        return {"kind": "docker", "docker_run": docker_run_command(spec, getattr(runtime, "layout", "docker")),
                 "exec": f"docker exec -i -w {spec.workdir} {spec.name} {shlex.join(argv)} </dev/null"}
 
     @property

@@ -40,10 +40,15 @@ def container_kwargs(spec: SandboxSpec) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def docker_run_command(spec: SandboxSpec) -> str:
-    """The ``docker run`` command line equivalent to :func:`container_kwargs` (for plans and docs)."""
+def docker_run_command(spec: SandboxSpec, layout: str = "docker") -> str:
+    """The ``docker run`` command line equivalent to :func:`container_kwargs` (for plans and docs); ``layout=pod``:
+    no ``--init``, ``sleep infinity`` as PID 1 (``DockerRuntime.layout``)."""
     kw = container_kwargs(spec)
-    args = ["docker", "run", "-d", "--init", "--name", kw["name"]]
+    if layout == "pod":
+        from forge_cli.runtime.k8s_manifests import POD_IDLE
+
+        kw["command"] = list(POD_IDLE)
+    args = ["docker", "run", "-d", *(["--init"] if layout != "pod" else []), "--name", kw["name"]]
     for key, value in kw["labels"].items():
         args += ["--label", f"{key}={value}"]
     if "network_mode" in kw:
