@@ -23,6 +23,7 @@ from forge_cli.runtime.base import (
     ExecHandle,
     ExecResult,
     Sandbox,
+    SandboxError,
     SandboxGone,
     SandboxOutOfMemory,
     Stream,
@@ -43,8 +44,10 @@ Emit = Callable[[Stream, bytes], None]
 # forge's command runner with its per-command subshells, runner.py; in a pod the idle `sleep` is PID 1). Every
 # command forge runs in the container gets a session of its own (docker/kube exec, or the runner's setsid) and no
 # process can join another session, so the test cannot be faked by a name, a parent or a pid file. Zombies are
-# skipped (already dead), this shell and its parent spared. A pass that killed something is repeated (a fork loop
-# keeps starting processes while /proc is walked), at most 100 times. Plain POSIX sh and /proc: it runs in any image
+# skipped (already dead), this shell and its parent spared. A pass that found something is repeated (a fork loop
+# keeps starting processes while /proc is walked; a killed process needs a moment to die), at most 100 times; what
+# still runs then (a process it may not kill) fails the script with its pids, and the sandbox raises (the rollout
+# is not verified). Plain POSIX sh and /proc: it runs in any image
 KILL_ALL = """n=0
 while [ "$n" -lt 100 ]; do
   n=$((n + 1)) found=
@@ -53,10 +56,12 @@ while [ "$n" -lt 100 ]; do
     pid=${p#/proc/}
     set -- ${line##*) }
     [ "$1" = Z ] || [ "$4" = 1 ] || [ "$pid" = "$$" ] || [ "$pid" = "$PPID" ] && continue
-    kill -9 "$pid" 2>/dev/null && found=1
+    kill -9 "$pid" 2>/dev/null; found="$found $pid"
   done
   [ -n "$found" ] || break
+  sleep 0.05
 done
+[ -z "$found" ] || { echo "still running after the kill:$found" >&2; exit 1; }
 exit 0"""
 
 
@@ -130,7 +135,13 @@ class ContainerSandbox(Sandbox):
                                          f"memory (limit {memory})", result=result)
 
     async def _kill_processes(self) -> None:
-        await blocking(self._run_blocking, ["/bin/sh", "-c", KILL_ALL], _discard)
+        errors: list[bytes] = []
+        code = await blocking(self._run_blocking, ["/bin/sh", "-c", KILL_ALL],
+                              lambda stream, chunk: errors.append(chunk) if stream == "stderr" else None)
+        if code not in (0, None):
+            detail = b"".join(errors).decode(errors="replace").strip() or f"exit {code}"
+            raise SandboxError(f"sandbox {self.spec.name}: the agent's processes could not all be killed before "
+                               f"verification ({detail})")
 
     @abc.abstractmethod
     def _container_state(self) -> ContainerState:

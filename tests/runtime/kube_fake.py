@@ -2,7 +2,17 @@
 
 It answers with the client's own models (V1Pod, V1PodList, ...), checks every body it is given
 against them, records each call, and emulates a container's exec: forge's sh wrapper is parsed back
-into the command, files live in a dict.
+into the command, files live in a dict. It behaves as an API server does where forge depends on it:
+
+- creating an object whose name exists answers 409 AlreadyExists; reading or deleting a missing one 404;
+- label selectors (``k=v``, ``k!=v``, ``k``, comma-separated) select what lists and collection deletes act on, for
+  pods and NetworkPolicies alike (``leftovers`` counts what a run left through them);
+- a pod passes through the phases a pod does (``phases``), reports ``initContainerStatuses`` for its init
+  containers beside ``containerStatuses``, and can be made to fail as a real one does (``waiting_reason`` such as
+  ``ErrImagePull``/``ImagePullBackOff``, ``terminated_reason`` such as ``OOMKilled``);
+- deleting a pod with a grace period leaves it terminating (``deletionTimestamp`` set, still listed and readable)
+  for ``grace_reads`` more reads; with ``grace_period_seconds=0`` it is gone at once;
+- the kill script can fail (``kill_exit_code``).
 """
 
 from __future__ import annotations
@@ -96,6 +106,10 @@ class FakeCluster:
         self.commands: dict[str, tuple[bytes, bytes, int]] = {}
         # a program the "container" runs: (pod name, argv) -> (stdout, stderr, exit code), or None to fall through
         self.on_command: Callable[[str, list[str]], tuple[bytes, bytes, int] | None] | None = None
+        # reads a pod deleted with a grace period stays terminating; the exit code of forge's kill script
+        self.grace_reads = 2
+        self.terminating: dict[str, int] = {}
+        self.kill_exit_code = 0
         self.delay_s = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -124,64 +138,140 @@ class FakeCluster:
                 self.in_flight -= 1
 
     # ---------------------------------------------------------------- CoreV1Api / NetworkingV1Api
+    @staticmethod
+    def _exists(kind: str, name: str) -> ApiException:
+        return ApiException(status=409, reason=f'{kind} "{name}" already exists (AlreadyExists)')
+
     def _create_namespaced_network_policy(self, namespace: str, body: dict[str, Any]) -> Any:
         model = to_model(body, "V1NetworkPolicy")
         assert from_model(model) == body, "the NetworkPolicy has fields the client's model does not know"
-        self.calls.append(("create_namespaced_network_policy", namespace, body["metadata"]["name"]))
-        self.policies[body["metadata"]["name"]] = body
+        name = body["metadata"]["name"]
+        self.calls.append(("create_namespaced_network_policy", namespace, name))
+        if name in self.policies:
+            raise self._exists("networkpolicies.networking.k8s.io", name)
+        self.policies[name] = body
         return model
 
     def _create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> Any:
         model = to_model(body, "V1Pod")
         assert from_model(model) == body, "the Pod has fields the client's model does not know"
-        self.calls.append(("create_namespaced_pod", namespace, body["metadata"]["name"]))
-        self.pods[body["metadata"]["name"]] = body
+        name = body["metadata"]["name"]
+        self.calls.append(("create_namespaced_pod", namespace, name))
+        if name in self.pods:
+            raise self._exists("pods", name)
+        self.pods[name] = body
         return model
+
+    def _tick_terminating(self, name: str) -> None:
+        """One more read of a terminating pod: gone once its grace has passed."""
+        if name in self.terminating:
+            self.terminating[name] -= 1
+            if self.terminating[name] < 0:
+                del self.terminating[name]
+                self.pods.pop(name, None)
 
     def _read_namespaced_pod(self, name: str, namespace: str) -> Any:
         self.calls.append(("read_namespaced_pod", name))
+        self._tick_terminating(name)
         if name not in self.pods:
             raise ApiException(status=404, reason="Not Found")
         phase = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
-        state: dict[str, Any] = {"running": {}}
+        state: dict[str, Any] = {"running": {}} if phase == "Running" else {"waiting": {"reason": "ContainerCreating"}}
         if self.waiting_reason:
             state = {"waiting": {"reason": self.waiting_reason, "message": "image not found"}}
         if self.terminated_reason:
             state = {"terminated": {"reason": self.terminated_reason, "exitCode": 137}}
-        return to_model({
-            "metadata": self.pods[name]["metadata"],
-            "status": {"phase": phase, "containerStatuses": [
-                {"name": "sandbox", "image": self.pods[name]["spec"]["containers"][0]["image"], "imageID": "",
-                 "ready": phase == "Running", "restartCount": 0, "state": state}]},
-        }, "V1Pod")
+        spec = self.pods[name]["spec"]
+        # init containers run (and complete) before the sandbox container starts
+        inits = [{"name": c["name"], "image": c["image"], "imageID": "", "ready": phase == "Running",
+                  "restartCount": 0, "state": ({"terminated": {"reason": "Completed", "exitCode": 0}}
+                                               if phase == "Running" else {"running": {}})}
+                 for c in spec.get("initContainers") or []]
+        if inits and self.waiting_reason and phase == "Pending":  # an init container's image fails first
+            inits[0]["state"] = {"waiting": {"reason": self.waiting_reason, "message": "image not found"}}
+        metadata = dict(self.pods[name]["metadata"])
+        if name in self.terminating:
+            metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        status: dict[str, Any] = {"phase": phase, "containerStatuses": [
+            {"name": "sandbox", "image": spec["containers"][0]["image"], "imageID": "",
+             "ready": phase == "Running", "restartCount": 0, "state": state}]}
+        if inits:
+            status["initContainerStatuses"] = inits
+        return to_model({"metadata": metadata, "status": status}, "V1Pod")
 
     def _read_namespaced_pod_log(self, name: str, namespace: str, container: str) -> str:
         self.calls.append(("read_namespaced_pod_log", name))
         return ""
 
-    def _delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> Any:
+    def _delete_pod(self, name: str, grace_period_seconds: int | None) -> None:
+        if grace_period_seconds == 0:
+            self.terminating.pop(name, None)
+            self.pods.pop(name, None)
+        elif name not in self.terminating:
+            self.terminating[name] = self.grace_reads
+
+    def _delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int | None = None) -> Any:
         self.calls.append(("delete_namespaced_pod", name))
-        self.pods.pop(name, None)
+        if name not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+        self._delete_pod(name, grace_period_seconds)
 
     def _delete_namespaced_network_policy(self, name: str, namespace: str) -> Any:
         self.calls.append(("delete_namespaced_network_policy", name))
-        self.policies.pop(name, None)
+        if name not in self.policies:
+            raise ApiException(status=404, reason="Not Found")
+        del self.policies[name]
 
-    def _list_namespaced_pod(self, namespace: str, label_selector: str) -> Any:
+    @staticmethod
+    def selects(label_selector: str, labels: dict[str, str]) -> bool:
+        """An equality-based label selector (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``; comma: and) on ``labels``."""
+        for term in filter(None, (t.strip() for t in label_selector.split(","))):
+            if "!=" in term:
+                key, value = term.split("!=", 1)
+                ok = labels.get(key) != value
+            elif "=" in term:
+                key, value = term.replace("==", "=").split("=", 1)
+                ok = labels.get(key) == value
+            elif term.startswith("!"):
+                ok = term[1:] not in labels
+            else:
+                ok = term in labels
+            if not ok:
+                return False
+        return True
+
+    def _selected(self, objects: dict[str, dict[str, Any]], label_selector: str) -> list[str]:
+        return [n for n, o in objects.items() if self.selects(label_selector, o["metadata"].get("labels") or {})]
+
+    def _list_namespaced_pod(self, namespace: str, label_selector: str = "") -> Any:
         self.calls.append(("list_namespaced_pod", namespace, label_selector))
-        key, _, value = label_selector.partition("=")
-        items = [p for p in self.pods.values() if p["metadata"]["labels"].get(key) == value or (not value and key in
-                                                                                                  p["metadata"]["labels"])]
+        for name in list(self.terminating):
+            self._tick_terminating(name)
+        items = [self.pods[n] for n in self._selected(self.pods, label_selector)]
         return to_model({"items": [{"metadata": p["metadata"]} for p in items]}, "V1PodList")
 
-    def _delete_collection_namespaced_pod(self, namespace: str, label_selector: str, grace_period_seconds: int) -> None:
+    def _list_namespaced_network_policy(self, namespace: str, label_selector: str = "") -> Any:
+        self.calls.append(("list_namespaced_network_policy", namespace, label_selector))
+        items = [self.policies[n] for n in self._selected(self.policies, label_selector)]
+        return to_model({"items": [{"metadata": p["metadata"]} for p in items]}, "V1NetworkPolicyList")
+
+    def _delete_collection_namespaced_pod(self, namespace: str, label_selector: str,
+                                          grace_period_seconds: int | None = None) -> None:
         self.calls.append(("delete_collection_namespaced_pod", namespace, label_selector))
-        key, _, value = label_selector.partition("=")
-        for name in [n for n, p in self.pods.items() if p["metadata"]["labels"].get(key) == value]:
-            del self.pods[name]
+        for name in self._selected(self.pods, label_selector):
+            self._delete_pod(name, grace_period_seconds)
 
     def _delete_collection_namespaced_network_policy(self, namespace: str, label_selector: str) -> None:
         self.calls.append(("delete_collection_namespaced_network_policy", namespace, label_selector))
+        for name in self._selected(self.policies, label_selector):
+            del self.policies[name]
+
+    def leftovers(self, label_selector: str) -> list[str]:
+        """What the API still holds under ``label_selector`` (pods, terminating ones too, and NetworkPolicies),
+        counted through its own label-selector lists."""
+        pods = self._list_namespaced_pod("", label_selector).items
+        policies = self._list_namespaced_network_policy("", label_selector).items
+        return [f"pod/{p.metadata.name}" for p in pods] + [f"networkpolicy/{p.metadata.name}" for p in policies]
 
     # ---------------------------------------------------------------- exec
     def exec_stream(self, name: str, namespace: str, argv: list[str], stdin: bool) -> FakeWS:
@@ -208,6 +298,8 @@ class FakeCluster:
             self.calls.append(("exec", "kill" if "kill -9" in script else "oom-counters"))
             if "memory.oom_control" in script and self.terminated_reason is None:
                 return b"oom_kill 1\n", b"", 0
+            if "kill -9" in script and self.kill_exit_code:
+                return b"", b"kill: Operation not permitted\n", self.kill_exit_code
             return b"", b"", 0
         command = shlex.split(script.splitlines()[-1])[1:]  # the wrapper's last line: exec ARGV
         self.calls.append(("exec", *command))

@@ -14,7 +14,13 @@ import yaml
 from forge_cli.config.schema import KubernetesRuntime, Resources
 from forge_cli.errors import UserError
 from forge_cli.runtime import kubernetes as kube
-from forge_cli.runtime.base import SandboxConfigError, SandboxGone, SandboxOutOfMemory, SandboxUnavailable
+from forge_cli.runtime.base import (
+    SandboxConfigError,
+    SandboxError,
+    SandboxGone,
+    SandboxOutOfMemory,
+    SandboxUnavailable,
+)
 from forge_cli.runtime.k8s_controller import controller_manifests
 from forge_cli.runtime.k8s_manifests import cluster_manifests, network_policy, pod_manifest, replica_host
 from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec
@@ -221,6 +227,68 @@ def test_cleanup_by_label(cluster: FakeCluster) -> None:
     removed = run(kube.KubernetesSandbox.cleanup("run-1", RUNTIME))
     assert removed == ["forge-r1"] and list(cluster.pods) == ["forge-r2"]
     assert ("delete_collection_namespaced_network_policy", "forge", "forge.run=run-1") in cluster.calls
+    # counted through the API's own label-selector lists: the run's pods and NetworkPolicies are gone, the other's kept
+    assert cluster.leftovers("forge.run=run-1") == []
+    assert cluster.leftovers("forge.run=other") == ["pod/forge-r2", "networkpolicy/forge-r2"]
+
+
+def test_a_run_leaves_nothing_behind(cluster: FakeCluster) -> None:
+    """Sandboxes that ended normally, one that failed to start, and one whose pod terminates with a grace period:
+    the API holds no pod and no NetworkPolicy of the run afterwards (counted by label selector)."""
+    cluster.commands["true"] = (b"", b"", 0)
+
+    async def body() -> None:
+        for index in range(3):
+            async with await kube.KubernetesSandbox.create(spec(index), RUNTIME) as sb:
+                await sb.exec(["true"])
+        cluster.phases, cluster.waiting_reason = ["Pending"], "ImagePullBackOff"
+        with pytest.raises(SandboxConfigError):
+            await kube.KubernetesSandbox.create(spec(3), RUNTIME)
+
+    run(body())
+    assert cluster.leftovers("forge.run=run-1") == []
+    # a pod deleted with a grace period stays (terminating) until its grace has passed
+    cluster.phases, cluster.waiting_reason = ["Running"], None
+    run(kube.KubernetesSandbox.create(spec(4), RUNTIME))
+    cluster._delete_namespaced_pod("forge-r4", "forge", grace_period_seconds=30)
+    assert cluster.leftovers("forge.run=run-1") == ["pod/forge-r4", "networkpolicy/forge-r4"]
+    assert run(kube.KubernetesSandbox.cleanup("run-1", RUNTIME)) == ["forge-r4"]
+    assert cluster.leftovers("forge.run=run-1") == []
+
+
+def test_a_name_taken_is_409_and_nothing_of_the_other_is_touched(cluster: FakeCluster) -> None:
+    async def body() -> None:
+        await kube.KubernetesSandbox.create(spec(1), RUNTIME)  # left over, e.g. by a crashed forge
+        await kube.KubernetesSandbox.create(spec(1), RUNTIME)
+
+    with pytest.raises(SandboxConfigError) as info:
+        run(body())
+    assert "409" in info.value.message or "already exists" in info.value.message, info.value.message
+    assert list(cluster.pods) == ["forge-r1"] and list(cluster.policies) == ["forge-r1"]
+
+
+def test_an_init_containers_image_problem_is_reported(cluster: FakeCluster) -> None:
+    """The harness bundle's init container fails to pull: its initContainerStatuses name it."""
+    cluster.phases, cluster.waiting_reason = ["Pending"], "ErrImagePull"
+    with pytest.raises(SandboxConfigError) as info:
+        run(kube.KubernetesSandbox.create(spec(bundle_host_path="/root/.cache/forge/harnesses/codex"), RUNTIME))
+    pod_spec = pod_manifest(spec(bundle_host_path="/x"), RUNTIME)["spec"]
+    assert pod_spec.get("initContainers"), "the bundle comes in through an init container"
+    assert f"container {pod_spec['initContainers'][0]['name']}: ErrImagePull" in info.value.message
+    assert cluster.leftovers("forge.run=run-1") == []
+
+
+def test_a_kill_that_fails_is_an_error_not_a_verified_rollout(cluster: FakeCluster) -> None:
+    cluster.kill_exit_code = 1
+
+    async def body() -> None:
+        async with await kube.KubernetesSandbox.create(spec(), RUNTIME) as sb:
+            await sb.kill_processes()
+
+    with pytest.raises(SandboxError) as info:
+        run(body())
+    assert "could not all be killed before verification" in info.value.message
+    assert cluster.leftovers("forge.run=run-1") == []
 
 
 def test_oom_and_dead_pods(cluster: FakeCluster) -> None:
