@@ -43,6 +43,13 @@ def eval_(
         from forge_cli.eval.compare import render_comparison
 
         render_comparison(compare_runs(*compare), console)
+        from forge_cli.rollout import manifest
+
+        changed = manifest.differences(*(manifest.read(Path(p)) for p in compare))
+        if changed:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                "warning: the two runs differ in what ran, not only in their results:\n  " + "\n  ".join(changed),
+                markup=False)
         return
     exp, data = experiment("eval", overrides, config_dir, resume, defaults=_eval_defaults(overrides))
     if dry_run:

@@ -88,6 +88,10 @@ def train_verl(exp: Experiment, data: dict[str, Any], *, resume: Path | None, dr
         return
     verl.preflight(exp)
     verl.write_inputs(plan, data)
+    if resume is None:
+        from forge_cli.rollout import manifest
+
+        manifest.write(run_dir, exp, data)
     console.print(describe(exp, plan), markup=False)
     started = time.time()
     code = verl.run(plan, lambda m: console.print(m, markup=False))

@@ -36,6 +36,7 @@ from forge_cli.envs.source import TaskSet
 from forge_cli.envs.task import Task
 from forge_cli.errors import UserError
 from forge_cli.harness.bundle_paths import binary_fix, is_installed
+from forge_cli.rollout import manifest
 from forge_cli.rollout.plan import fit_context
 from forge_cli.rollout.result import RolloutResult
 from forge_cli.rollout.runner import RolloutJob, RunContext
@@ -118,9 +119,15 @@ class RolloutSession:
             marker.write_text(str(self.incarnation))
             # sandboxes the interrupted attempt left behind
             self._cleanup_sandboxes()
+            # what ran before against what runs now (forge, environments, harness, model, seeds)
+            changed = manifest.differences(manifest.read(self.run_dir), manifest.build(exp, self.data))
+            if changed:
+                self.say("warning: this run continues with something else than it started with ("
+                         + "; ".join(changed) + ")")
         else:
             self.run_dir.mkdir(parents=True, exist_ok=False)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.data, sort_keys=False))
+            manifest.write(self.run_dir, exp, self.data)
         if warnings:
             with (self.run_dir / "warnings.log").open("a", encoding="utf-8") as f:
                 f.writelines(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} WARNING: {warning}\n" for warning in warnings)
