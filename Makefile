@@ -15,6 +15,7 @@ test:
 	FORGE_HARNESSES=pi scripts/setup.sh harnesses
 	.venv/bin/ruff check forge_cli tests benchmarks scripts
 	.venv/bin/mypy
+	.venv/bin/lint-imports
 	.venv/bin/mkdocs build --strict
 	.venv/bin/pytest -m "not e2e"
 
@@ -27,6 +28,7 @@ test-e2e:
 lint:
 	.venv/bin/ruff check forge_cli tests benchmarks scripts
 	.venv/bin/mypy
+	.venv/bin/lint-imports
 	.venv/bin/mkdocs build --strict
 
 # the documentation site into site/ (git-ignored): the options reference regenerated from the config schema, then

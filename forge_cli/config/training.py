@@ -149,15 +149,13 @@ def _load_all() -> None:
     """Register every trainer backend there is: forge's own (``forge_cli/train/<kind>/options.py``, found without
     installed metadata, e.g. in a source checkout) and the ``forge.trainers`` entry points of installed packages."""
     import importlib
-    import pkgutil
     from importlib.metadata import entry_points
+    from pathlib import Path
 
-    import forge_cli.train
-
-    for module in pkgutil.iter_modules(forge_cli.train.__path__):
-        if module.ispkg:
-            with contextlib.suppress(ImportError):
-                importlib.import_module(f"forge_cli.train.{module.name}.options")
+    # plugins found by where they live (a runtime lookup, as the entry points below; config imports no layer above)
+    for options in sorted((Path(__file__).resolve().parents[1] / "train").glob("*/options.py")):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(f"forge_cli.train.{options.parent.name}.options")
     for point in entry_points(group=ENTRY_POINTS):
         if point.name not in TRAINER_OPTIONS:
             with contextlib.suppress(Exception):  # a broken plugin is reported as missing, by name
