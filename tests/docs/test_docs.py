@@ -95,6 +95,10 @@ def test_task_source_example_loads_tasks() -> None:
         test = load_tasks(exp.env, purpose="eval")
     finally:
         del sys.modules["docs_example_arith"]
+        from forge_cli.envs.source import SOURCES
+
+        for name in [k for k, cls in SOURCES.items() if cls.__module__ == "docs_example_arith"]:
+            del SOURCES[name]  # the example's own source: the conformance suite checks every registered one
     assert (train.split, test.split) == ("train", "test")
     assert [t.id for t in train.tasks] == ["arith-train-0", "arith-train-1", "arith-train-2"]
     assert train.tasks[1].instruction == "Write the value of 1 + 3 into answer.txt." and train.tasks[1].verifier
@@ -116,6 +120,10 @@ def test_verifier_examples_score() -> None:
         verifier = parse_verifier({"kind": "docs_example_checks:ExitZero", "command": "true"}, "test")
     finally:
         del sys.modules["docs_example_checks"]
+        from forge_cli.envs.verifier import VERIFIERS
+
+        for kind in [k for k, cls in VERIFIERS.items() if cls.__module__ == "docs_example_checks"]:
+            del VERIFIERS[kind]  # the example's own kinds: the conformance suite checks every registered one
     assert isinstance(got, Score) and got.passed and got.reward == 1.0
     assert not missing.passed and missing.reward == 0.0
     assert verifier is not None and verifier.describe() == "exit-zero: true"
