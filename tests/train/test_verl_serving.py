@@ -26,20 +26,24 @@ from forge_cli.paths import env_python
 from tests.helpers import forge
 from tests.requires import requires
 
-ACTOR = r'''
+# veRL's config composed from the dry run's command (sys.argv[1]: the plan), as main_ppo composes it
+COMPOSED = r'''
 import json, os, sys
-import torch
 from hydra import compose, initialize_config_dir
 import verl
 from verl.utils.config import omega_conf_to_dataclass
-from verl.workers.config.model import HFModelConfig
-from verl.workers.rollout.utils import get_max_position_embeddings
-from transformers import AutoModelForCausalLM
 plan = json.load(open(sys.argv[1]))
 argv = plan["command"]
 with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
                            version_base=None):
     cfg = compose(config_name=argv[3].split("=", 1)[1], overrides=argv[4:])
+'''
+
+ACTOR = COMPOSED + r'''
+import torch
+from verl.workers.config.model import HFModelConfig
+from verl.workers.rollout.utils import get_max_position_embeddings
+from transformers import AutoModelForCausalLM
 model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model, dataclass_type=HFModelConfig)
 out = {"attn": model.hf_config._attn_implementation, "remove_padding": cfg.actor_rollout_ref.model.use_remove_padding,
        "max_positions": get_max_position_embeddings(model.hf_config),
@@ -60,16 +64,7 @@ except (ImportError, ValueError) as e:
 print(json.dumps(out))
 '''
 
-ENGINE = r'''
-import json, os, sys
-from hydra import compose, initialize_config_dir
-import verl
-from verl.utils.config import omega_conf_to_dataclass
-plan = json.load(open(sys.argv[1]))
-argv = plan["command"]
-with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                           version_base=None):
-    cfg = compose(config_name=argv[3].split("=", 1)[1], overrides=argv[4:])
+ENGINE = COMPOSED + r'''
 rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
 # vLLMHttpServer.launch_server, verl/workers/rollout/vllm_rollout/vllm_async_server.py
 kwargs = rollout.get("engine_kwargs", {}).get("vllm", {}) or {}
