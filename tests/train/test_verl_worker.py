@@ -31,6 +31,7 @@ from forge_cli.serve.server import PolicyServer
 from forge_cli.train.verl.launch import plan, write_inputs
 
 REPO = Path(__file__).resolve().parents[2]
+MAX_SEQ_LEN = 128
 
 WORKER = r'''
 import asyncio, json, os, sys, types
@@ -116,9 +117,11 @@ def _stretch(needle: list[int], hay: list[int]) -> int:
 
 @pytest.mark.requires("verl", "model", "mitmproxy", "bubblewrap")
 def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: PolicyServer) -> None:
+    # answers of at most 48 tokens in rows of at most 128: a rollout of two or more calls spans more than one row
+    # (its answers and the tool output between them), and no single answer is too long for a row
     exp = compose(["trainer=verl", "trainer.n_gpus_per_node=1", "trainer.tasks_per_step=1", "algo.group_size=2",
-                   "trainer.max_seq_len=256", "trainer.micro_batch_tokens=256", f"run.output_dir={tmp_path}"]
-                  ).experiment
+                   f"trainer.max_seq_len={MAX_SEQ_LEN}", f"trainer.micro_batch_tokens={MAX_SEQ_LEN}",
+                   "harness.env.FORGE_MAX_TOKENS='48'", f"run.output_dir={tmp_path}"]).experiment
     launch = plan(exp, tmp_path / "run")
     write_inputs(launch, exp.model_dump(mode="json"))
     (tmp_path / "plan.json").write_text(json.dumps(launch.to_dict()))
@@ -156,4 +159,4 @@ def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: Pol
         assert sampled == [t for c in calls for t in c["completion_token_ids"]]
     lengths = {r: [len(c["prompt_token_ids"]) + len(c["completion_token_ids"]) for c in cs]
                for r, cs in records.items()}
-    assert any(len(rows) > 1 for rows in by_session.values()), f"no rollout split at trainer.max_seq_len=256: {lengths}"
+    assert any(len(rows) > 1 for rows in by_session.values()), f"no rollout split at trainer.max_seq_len={MAX_SEQ_LEN}: {lengths}"
