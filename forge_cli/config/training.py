@@ -134,6 +134,9 @@ class TrainerConfig(Strict):
     # the function that runs forge train with these options (``module:function``), called as
     # ``runner(exp, data, resume=..., dry_run=..., as_json=...)``
     runner: ClassVar[str] = ""
+    # what this backend needs on the machine, for forge doctor and its own preflight (``module:function``, called as
+    # ``checks(exp)`` -> a list of ``forge_cli.check.Check``; empty: nothing beyond what every run needs)
+    checks: ClassVar[str] = ""
 
     def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

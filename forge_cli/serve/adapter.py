@@ -166,3 +166,17 @@ def identity_adapter(base: Path, rank: int, alpha: int, target_modules: list[str
         if not (target / ADAPTER_WEIGHTS).is_file():
             raise
     return target
+
+
+def merge_adapter(adapter_dir: Path, out: Path) -> Path:
+    """Full float32 weights of base + adapter (peft ``merge_and_unload``) as an HF directory ``out``: what a server
+    that serves no adapter loads (``forge_cli.serve.weights``)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base: Any = AutoModelForCausalLM.from_pretrained(adapter_base(adapter_dir), dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, adapter_dir, is_trainable=False).merge_and_unload()
+    out.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(out, safe_serialization=True)
+    return out

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Literal
 
 from forge_cli.errors import UserError
-from forge_cli.serve.adapter import ADAPTER_WEIGHTS, is_adapter_dir
+from forge_cli.serve.adapter import ADAPTER_WEIGHTS, is_adapter_dir, merge_adapter
 from forge_cli.serve.server import PolicyServer, restart
 
 UpdateMode = Literal["wait", "restart"]
@@ -150,8 +150,6 @@ def served_adapter(server: PolicyServer | str, timeout: float = 10.0) -> str | N
 
 def _merge(adapter: Path, out: Path) -> None:
     try:
-        from forge_cli.train.lora import merge_adapter
-
         merge_adapter(adapter, out)
     except ModuleNotFoundError as exc:
         raise UserError(f"serving LoRA checkpoint {adapter} on a server without LoRA merges it into full weights, "

@@ -8,7 +8,7 @@ The KL reference is the same model with the adapter disabled (``disable_adapter(
 A checkpoint holds the adapter in PEFT's format (``adapter_config.json`` naming the base directory,
 ``adapter_model.safetensors``), the tokenizer and chat template, and the trainer state; the policy server loads
 it at run time (``forge_cli/serve/weights.py``), ``forge serve model.path=CKPT`` serves base + adapter, and
-:func:`merge_adapter` folds it into full weights for a server that serves no adapter.
+:func:`forge_cli.serve.adapter.merge_adapter` folds it into full weights for a server that serves no adapter.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from forge_cli.config.schema import LoraSettings
 from forge_cli.errors import UserError
 from forge_cli.serve.adapter import adapter_base, adapter_config, is_adapter_dir
+from forge_cli.serve.adapter import merge_adapter as merge_adapter  # serving folds adapters in; re-exported
 
 
 def peft_config(settings: LoraSettings) -> Any:
@@ -64,15 +65,3 @@ def trainable(model: Any) -> list[Any]:
 def base_directory(model_dir: Path) -> Path:
     """The full model directory under ``model_dir`` (itself, or an adapter checkpoint's base)."""
     return adapter_base(model_dir) if is_adapter_dir(model_dir) else model_dir
-
-
-def merge_adapter(adapter_dir: Path, out: Path) -> Path:
-    """Full float32 weights of base + adapter (peft ``merge_and_unload``) as an HF directory ``out``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    base: Any = AutoModelForCausalLM.from_pretrained(adapter_base(adapter_dir), dtype=torch.float32)
-    merged = load_adapter(base, adapter_dir, trainable=False).merge_and_unload()
-    out.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(out, safe_serialization=True)
-    return out

@@ -159,4 +159,5 @@ def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: Pol
         assert sampled == [t for c in calls for t in c["completion_token_ids"]]
     lengths = {r: [len(c["prompt_token_ids"]) + len(c["completion_token_ids"]) for c in cs]
                for r, cs in records.items()}
-    assert any(len(rows) > 1 for rows in by_session.values()), f"no rollout split at trainer.max_seq_len={MAX_SEQ_LEN}: {lengths}"
+    assert any(len(rows) > 1 for rows in by_session.values()), \
+        f"no rollout split at trainer.max_seq_len={MAX_SEQ_LEN}: {lengths}"

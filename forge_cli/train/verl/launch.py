@@ -17,7 +17,6 @@ forge into it) running ``main_ppo`` with ``mapping.overrides``; on a Ray cluster
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ import yaml
 from forge_cli.errors import UserError
 from forge_cli.paths import env_python
 from forge_cli.train.verl import mapping
+from forge_cli.train.verl.checks import check_verl
 from forge_cli.train.verl.options import verl_options
 
 if TYPE_CHECKING:
@@ -172,23 +172,9 @@ def write_inputs(launch: VerlLaunch, data: dict[str, Any]) -> None:
     script.chmod(0o755)
 
 
-def gpu_count() -> int:
-    """NVIDIA GPUs on this machine (``nvidia-smi -L``; 0 without the driver)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
-
-
 def preflight(exp: Experiment) -> None:
     """The machine can launch veRL (``forge doctor trainer=verl``'s checks) and veRL's environment loads forge's
     agent loop; UserError exit 1 with each fix otherwise (the machine must be fixed, not the experiment)."""
-    from forge_cli.prerequisites import check_verl
-
     missing = [c for c in check_verl(exp) if not c.ok]
     if missing:
         raise UserError("trainer=verl cannot start on this machine:\n  "

@@ -16,6 +16,7 @@ class VerlTrainerConfig(TrainerConfig, kind="verl"):
     """veRL 0.9.1 on GPUs with forge's rollouts as its agent loop (``forge_cli/train/verl/``, docs/verl.md)."""
 
     runner: ClassVar[str] = "forge_cli.cli.train_verl:run"
+    checks: ClassVar[str] = "forge_cli.train.verl.checks:check_verl"
 
     # GPUs per node
     n_gpus_per_node: Annotated[int, Field(ge=1)] = 1
