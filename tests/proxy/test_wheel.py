@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 # forge's modules come from, and that the rest of forge and of forge's environment cannot be imported
 CHILD_PROBE = """
 import importlib.util, json, sys
-import forge_cli.proxy.main, forge_cli.traces.writer, h11
+import forge_cli.proxy.main, forge_cli.proxy.writer, h11
 print(json.dumps({
     "path": [p for p in sys.path],
     "forge": sorted({m.__file__ for n, m in sys.modules.items() if n.split(".")[0] == "forge_cli"}),

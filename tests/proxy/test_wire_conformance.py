@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from forge_cli.proxy import writer
 from forge_cli.proxy.wire import FORMATS, route, sse
 from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared, WireFormat
-from forge_cli.traces import store, writer
+from forge_cli.traces import store
 
 PROMPT = [1, 2, 3]
 TOKENS = [10, 11, 12, 13, 14]

@@ -1,6 +1,6 @@
 """The store writer: a separate process fed by the proxy addon through a pipe.
 
-``python -m forge_cli.traces.writer STORE`` reads frames (``frames.py``) from stdin, assembles each call
+``python -m forge_cli.proxy.writer STORE`` reads frames (``frames.py``) from stdin, assembles each call
 record (wire-format parsing happens here, off mitmproxy's event loop), inserts everything that has
 arrived in one transaction and then writes the highest committed frame number to stdout. Commits are grouped: the
 frames that arrive within ``GROUP_S`` of the first uncommitted one share a transaction (each commit rewrites the
