@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forge_cli.tools.spec import BrowserBackendSpec, ToolSpec
+from forge_cli.tools.spec import SessionBackendSpec, ToolSpec
 
 _TARGET = {"type": "string", "description": "the element's ref from the last browser_snapshot (e.g. e12)"}
 _ELEMENT = {"type": "string", "description": "what the element is, in a few words"}
@@ -21,7 +21,7 @@ def _tool(name: str, description: str, properties: dict[str, Any], required: lis
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
-    return ToolSpec(name=name, description=description, input_schema=schema, backend=BrowserBackendSpec(kind="browser"))
+    return ToolSpec(name=name, description=description, input_schema=schema, backend=SessionBackendSpec(kind="browser"))
 
 
 BROWSER_TOOLS: tuple[ToolSpec, ...] = (

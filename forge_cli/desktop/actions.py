@@ -23,7 +23,7 @@ from typing import Any
 
 import jsonschema
 
-from forge_cli.tools.spec import DesktopBackendSpec, ToolSpec
+from forge_cli.tools.spec import SessionBackendSpec, ToolSpec
 
 MAX_COORD = 9999
 
@@ -76,7 +76,7 @@ def _tool(name: str, description: str, properties: dict[str, Any], required: tup
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False, **extra}
     if required:
         schema["required"] = list(required)
-    return ToolSpec(name=name, description=description, input_schema=schema, backend=DesktopBackendSpec(kind="desktop"))
+    return ToolSpec(name=name, description=description, input_schema=schema, backend=SessionBackendSpec(kind="desktop"))
 
 
 DESKTOP_TOOLS: tuple[ToolSpec, ...] = (

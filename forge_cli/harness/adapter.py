@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from forge_cli.config.schema import HarnessConfig, ModelConfig
 from forge_cli.harness.templates import render
 from forge_cli.tools.skill import skill_files
-from forge_cli.tools.spec import BrowserBackendSpec, ToolSpec
+from forge_cli.tools.spec import SessionBackendSpec, ToolSpec
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -54,10 +54,10 @@ class Invocation:
 def harness_tools(harness: HarnessConfig, tools: tuple[ToolSpec, ...]) -> tuple[tuple[ToolSpec, ...], bool]:
     """The task tools the harness is given, and whether it drives the rollout's browser with its own browser tool
     (``harness.browser: native`` and a task with browser tools: those are left out, the rest stay)."""
-    browser = [t for t in tools if isinstance(t.backend, BrowserBackendSpec)]
+    browser = [t for t in tools if isinstance(t.backend, SessionBackendSpec) and t.backend.kind == "browser"]
     if not browser or harness.browser != "native":
         return tools, False
-    return tuple(t for t in tools if not isinstance(t.backend, BrowserBackendSpec)), True
+    return tuple(t for t in tools if t not in browser), True
 
 
 def template_values(harness: HarnessConfig, model: ModelConfig, ctx: RolloutContext) -> dict[str, str]:

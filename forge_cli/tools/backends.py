@@ -1,37 +1,18 @@
-"""Backends that execute one tool dispatch: ``http`` (an environment service), ``builtin`` (in-process),
-``browser`` (the rollout's own browser, forge_cli/browser/session.py) and ``desktop`` (the rollout's own desktop,
-forge_cli/desktop/session.py)."""
+"""Backends that execute one tool dispatch: ``http`` (an environment service) and ``builtin`` (in-process); the
+backends with a lifetime of one rollout (the browser, the desktop, a package's own) are tool sessions
+(``session.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
-from forge_cli.browser.session import BrowserSession
-from forge_cli.desktop.session import DesktopSession
 from forge_cli.tools.services import SERVICES, Mailbox, ToolError
-from forge_cli.tools.spec import (
-    BrowserBackendSpec,
-    BuiltinBackendSpec,
-    DesktopBackendSpec,
-    HttpBackendSpec,
-    ToolSpec,
-)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a dispatch returned: a JSON value, and whether it is a tool error the agent should see."""
-
-    result: Any
-    is_error: bool = False
-    # images beside the result (media type, base64): MCP clients get them as image content
-    images: tuple[tuple[str, str], ...] = ()
+from forge_cli.tools.session import Outcome
+from forge_cli.tools.spec import BuiltinBackendSpec, HttpBackendSpec, ToolSpec
 
 
 class Backend(Protocol):
@@ -91,27 +72,3 @@ class BuiltinBackend:
 
     def snapshot(self) -> dict[str, Any]:
         return {name: svc.snapshot() for name, svc in self.services.items()}
-
-
-class BrowserBackend:
-    """The rollout's browser (started before the harness, closed after the verifier read the page)."""
-
-    def __init__(self, setup: dict[str, Any], log_dir: Path | None) -> None:
-        self.session = BrowserSession(setup, log_dir)
-
-    async def call(self, tool: ToolSpec, arguments: dict[str, Any]) -> Outcome:
-        assert isinstance(tool.backend, BrowserBackendSpec)
-        answer = await self.session.call(tool.name, arguments)
-        return Outcome(answer.text, answer.is_error, answer.images)
-
-
-class DesktopBackend:
-    """The rollout's desktop (started and set up before the harness, scored and removed after it)."""
-
-    def __init__(self, setup: dict[str, Any], log_dir: Path | None, rollout_id: str) -> None:
-        self.session = DesktopSession(setup, log_dir, rollout_id)
-
-    async def call(self, tool: ToolSpec, arguments: dict[str, Any]) -> Outcome:
-        assert isinstance(tool.backend, DesktopBackendSpec)
-        answer = await self.session.call(tool.name, arguments)
-        return Outcome(answer.text, answer.is_error, answer.images)

@@ -13,9 +13,10 @@ import httpx
 import jsonschema
 
 from forge_cli.proxy.auth import digest, matches
-from forge_cli.tools.backends import Backend, BrowserBackend, BuiltinBackend, DesktopBackend, HttpBackend, Outcome
+from forge_cli.tools.backends import BuiltinBackend, HttpBackend, Outcome
 from forge_cli.tools.calllog import ToolCallLog, Transport
-from forge_cli.tools.spec import BrowserBackendSpec, BuiltinBackendSpec, DesktopBackendSpec, ToolSpec
+from forge_cli.tools.session import TOOL_SESSIONS, ToolSession
+from forge_cli.tools.spec import BuiltinBackendSpec, HttpBackendSpec, SessionBackendSpec, ToolSpec
 
 
 class RolloutTools:
@@ -32,13 +33,12 @@ class RolloutTools:
             if isinstance(tool.backend, BuiltinBackendSpec):
                 self.builtin.service(tool.backend.service)
         self.http = HttpBackend(rollout_id, client)
-        # the rollout's own browser when a tool needs one (its page from the task's tool_state.browser)
-        self.browser = BrowserBackend(dict(state.get("browser") or {}), log_path.parent if log_path else None) \
-            if any(isinstance(t.backend, BrowserBackendSpec) for t in tools) else None
-        # the rollout's own desktop when a tool needs one (its OSWorld task from the task's tool_state.desktop)
-        self.desktop = DesktopBackend(dict(state.get("desktop") or {}), log_path.parent if log_path else None,
-                                      rollout_id) if any(isinstance(t.backend, DesktopBackendSpec) for t in tools) \
-            else None
+        # one session per kind the tools name (the rollout's own browser, desktop, ...), set up from the task's
+        # tool_state.<kind>, in the order the tools first name them
+        kinds = dict.fromkeys(t.backend.kind for t in tools if isinstance(t.backend, SessionBackendSpec))
+        self.sessions: dict[str, ToolSession] = {
+            kind: TOOL_SESSIONS.get(kind)(dict(state.get(kind) or {}), log_path.parent if log_path else None,
+                                          rollout_id) for kind in kinds}
         self.log = ToolCallLog(log_path)
         self.mcp_methods: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -52,29 +52,29 @@ class RolloutTools:
             self.mcp_methods[method] += 1
 
     async def start(self) -> None:
-        """Start what must run before the harness (the browser, the desktop); raises when it cannot (an infra
-        error)."""
-        if self.browser is not None:
-            await self.browser.session.start()
-        if self.desktop is not None:
-            await self.desktop.session.start()
+        """Start what must run before the harness (the tool sessions: browser, desktop, ...); raises when one
+        cannot (an infra error)."""
+        for session in self.sessions.values():
+            await session.start()
 
     async def close(self) -> None:
-        try:
-            if self.browser is not None:
-                await self.browser.session.close()
-        finally:
-            if self.desktop is not None:
-                await self.desktop.session.close()
+        """Close every session, each even when another one's close fails (the first failure is raised)."""
+        failure: BaseException | None = None
+        for session in self.sessions.values():
+            try:
+                await session.close()
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
-    def _backend(self, tool: ToolSpec) -> Backend:
-        if isinstance(tool.backend, BrowserBackendSpec):
-            assert self.browser is not None
-            return self.browser
-        if isinstance(tool.backend, DesktopBackendSpec):
-            assert self.desktop is not None
-            return self.desktop
-        return self.builtin if isinstance(tool.backend, BuiltinBackendSpec) else self.http
+    async def _call(self, tool: ToolSpec, arguments: dict[str, Any]) -> Outcome:
+        backend = tool.backend
+        if isinstance(backend, SessionBackendSpec):
+            return await self.sessions[backend.kind].call(tool.name, arguments)
+        if isinstance(backend, HttpBackendSpec):
+            return await self.http.call(tool, arguments)
+        return await self.builtin.call(tool, arguments)
 
     async def dispatch(self, name: str, arguments: Any, transport: Transport) -> Outcome:
         """Run one call of a known tool and record it; bad arguments are a tool error (recorded too)."""
@@ -85,7 +85,7 @@ class RolloutTools:
             outcome = Outcome(f"invalid arguments for {name}: {problems}", True)
         else:
             try:
-                outcome = await self._backend(tool).call(tool, arguments)
+                outcome = await self._call(tool, arguments)
             except Exception as exc:  # a backend bug must not take the server down; the agent sees an error
                 outcome = Outcome(f"{type(exc).__name__}: {exc}", True)
         logged = outcome.result if not outcome.images else \
@@ -102,14 +102,12 @@ class RolloutTools:
                 "by_tool": dict(Counter(c["tool"] for c in calls)), "mcp_methods": methods}
 
     async def state(self) -> dict[str, Any]:
-        """What a verifier reads: every dispatch, the final state of the builtin services, the browser's page
-        (``services.browser``: its setup value, URL and ``state_js`` value) and the desktop's OSWorld score
-        (``services.desktop``)."""
+        """What a verifier reads: every dispatch, the final state of the builtin services and each session's state
+        under its kind (``services.browser``: the page's setup value, URL and ``state_js`` value;
+        ``services.desktop``: the OSWorld score)."""
         services = self.builtin.snapshot()
-        if self.browser is not None:
-            services["browser"] = await self.browser.session.state()
-        if self.desktop is not None:
-            services["desktop"] = await self.desktop.session.state()
+        for kind, session in self.sessions.items():
+            services[kind] = await session.state()
         return {"rollout_id": self.rollout_id, "calls": self.log.records(), "services": services}
 
 

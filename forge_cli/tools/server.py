@@ -38,10 +38,9 @@ T = TypeVar("T")
 MAX_BODY = 4 << 20
 START_TIMEOUT_S = 30.0
 KEEP_ALIVE_S = 300
-# a rollout's browser (Chromium, its page, @playwright/mcp) may take this long to start on a loaded machine
-BROWSER_START_S = 90.0
-# a rollout's desktop: its container, then OSWorld's own setup of the task (downloads, apps, sleeps), or its scoring
-DESKTOP_S = 900.0
+# headroom of a rollout's start on a loaded machine (beyond START_TIMEOUT_S), raised by a tool session that takes
+# longer (its start_s: the browser 90 s, the desktop 900 s; its state_s likewise for the verifier's read)
+LOADED_START_S = 90.0
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,8 @@ class ToolServer:
                 raise ValueError(f"rollout {rollout_id} is already registered at the tool server")
             self._entries[rollout_id] = entry
         try:
-            self._run(start, timeout=START_TIMEOUT_S + (DESKTOP_S if entry_tools.desktop else BROWSER_START_S))
+            slowest = max([LOADED_START_S, *(t.start_s for t in entry_tools.sessions.values())])
+            self._run(start, timeout=START_TIMEOUT_S + slowest)
         except BaseException:
             with contextlib.suppress(Exception):
                 self.unregister(rollout_id)
@@ -183,16 +183,17 @@ class ToolServer:
         return ToolGrant(rollout_id, key, f"{self.url}/r/{rollout_id}")
 
     def state(self, rollout_id: str) -> dict[str, Any]:
-        """Every dispatch, the builtin services' state, the browser's page and the desktop's score, for the
-        verifier."""
+        """Every dispatch, the builtin services' state and each tool session's (the browser's page, the desktop's
+        score), for the verifier."""
         tools = self._entries[rollout_id].tools
-        return self._run(tools.state, timeout=START_TIMEOUT_S + (DESKTOP_S if tools.desktop else 0))
+        slowest = max([0.0, *(t.state_s for t in tools.sessions.values())])
+        return self._run(tools.state, timeout=START_TIMEOUT_S + slowest)
 
     def browser_cdp_url(self, rollout_id: str) -> str | None:
         """The DevTools endpoint of the rollout's browser (None: it has none), for a harness's own browser tool."""
-        browser = self._entries[rollout_id].tools.browser
-        chromium = browser.session.chromium if browser is not None else None
-        return chromium.cdp_url if chromium is not None else None
+        browser = self._entries[rollout_id].tools.sessions.get("browser")
+        cdp_url: str | None = getattr(browser, "cdp_url", None)
+        return cdp_url
 
     def summary(self, rollout_id: str) -> dict[str, Any]:
         return self._entries[rollout_id].tools.summary()

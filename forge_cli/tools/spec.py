@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 from forge_cli.errors import UserError
+from forge_cli.tools.session import FIXED_KINDS, TOOL_SESSIONS
 
 TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
@@ -31,23 +32,30 @@ class BuiltinBackendSpec(_Strict):
     service: str
 
 
-class BrowserBackendSpec(_Strict):
-    """The rollout's own browser: the call goes to its ``@playwright/mcp`` server (forge_cli/browser/session.py).
-    The page it opens and the script that reads its state come from the task's ``tool_state.browser``."""
+class SessionBackendSpec(_Strict):
+    """A tool session (``forge_cli/tools/session.py``): a backend with a lifetime of one rollout, named by ``kind``
+    (forge's: ``browser``, the rollout's own browser; ``desktop``, its own desktop; or one a package registers).
+    Its setup comes from the task's ``tool_state.<kind>``."""
 
-    kind: Literal["browser"]
+    kind: str
+
+    @field_validator("kind")
+    @classmethod
+    def _not_fixed(cls, value: str) -> str:
+        # that the kind is registered is checked where a task's tools are read (parse_tools): forge's own specs are
+        # built while the session modules themselves are imported
+        if value in FIXED_KINDS:
+            raise ValueError(f"backend kind {value!r} takes its own fields")
+        return value
 
 
-class DesktopBackendSpec(_Strict):
-    """The rollout's own desktop (OSWorld-style container): an action becomes pyautogui code
-    (forge_cli/desktop/actions.py) run by the container's in-VM server; observations read its screenshot or
-    accessibility tree (forge_cli/desktop/a11y.py)."""
-
-    kind: Literal["desktop"]
+def _backend_tag(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return str(kind) if kind in FIXED_KINDS else "session"
 
 
-BackendSpec = Annotated[HttpBackendSpec | BuiltinBackendSpec | BrowserBackendSpec | DesktopBackendSpec,
-                        Field(discriminator="kind")]
+BackendSpec = Annotated[Annotated[HttpBackendSpec, Tag("http")] | Annotated[BuiltinBackendSpec, Tag("builtin")]
+                        | Annotated[SessionBackendSpec, Tag("session")], Discriminator(_backend_tag)]
 
 
 class ToolSpec(_Strict):
@@ -82,13 +90,22 @@ def parse_tools(entries: Any, where: str) -> tuple[ToolSpec, ...]:
     tools, problems = [], []
     for i, entry in enumerate(entries):
         try:
-            tools.append(ToolSpec.model_validate(entry))
+            tool = ToolSpec.model_validate(entry)
         except ValidationError as exc:
             problems += [f"tools.{i}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()]
+            continue
+        if isinstance(tool.backend, SessionBackendSpec):
+            try:
+                TOOL_SESSIONS.get(tool.backend.kind)
+            except ValueError as exc:
+                problems.append(f"tools.{i}.backend.kind: {exc}")
+                continue
+        tools.append(tool)
     if problems:
         raise UserError(f"{where}: invalid tool spec ({'; '.join(problems)})",
                         fix="each tool needs name, description, input_schema (type: object) and backend "
-                            "{kind: http, url}, {kind: builtin, service}, {kind: browser} or {kind: desktop}",
+                            "{kind: http, url}, {kind: builtin, service} or a tool session: "
+                            + ", ".join(f"{{kind: {name}}}" for name in TOOL_SESSIONS.names()),
                         exit_code=2) from None
     names = [t.name for t in tools]
     if len(set(names)) != len(names):

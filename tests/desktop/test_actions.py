@@ -22,7 +22,7 @@ from forge_cli.desktop.actions import (
     to_pyautogui,
 )
 from forge_cli.errors import UserError
-from forge_cli.tools.spec import DesktopBackendSpec, parse_tools
+from forge_cli.tools.spec import SessionBackendSpec, parse_tools
 from tests.requires import requires
 
 TOOLS = {t.name: t for t in DESKTOP_TOOLS}
@@ -254,7 +254,7 @@ def test_every_tool_conforms() -> None:
     for tool in DESKTOP_TOOLS:
         Draft202012Validator.check_schema(tool.input_schema)
         assert tool.input_schema["additionalProperties"] is False
-        assert tool.backend == DesktopBackendSpec(kind="desktop")
+        assert tool.backend == SessionBackendSpec(kind="desktop")
         assert len(tool.description) > 40
         code = to_pyautogui(tool.name, MINIMAL[tool.name])
         recorded = record(tool.name, MINIMAL[tool.name])

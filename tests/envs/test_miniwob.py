@@ -205,7 +205,7 @@ def test_four_rollouts_get_four_browsers_that_share_nothing(tool_server: ToolSer
                                    for rid in ids))
 
         asyncio.run(register_all())
-        sessions = [tool_server._entries[rid].tools.browser for rid in ids]
+        sessions: list[Any] = [tool_server._entries[rid].tools.sessions.get("browser") for rid in ids]
         assert all(s is not None for s in sessions)
         ports = {s.session.chromium.cdp_port for s in sessions if s and s.session.chromium}
         assert len(ports) == 4  # four browsers

@@ -1,0 +1,118 @@
+"""The one plugin pattern of forge's extension points: a registry of classes by name.
+
+An extension point (tool sessions, trainer backends, ...) defines a base class and one :class:`Registry`; a plugin
+is a subclass that names itself on definition (``class Mine(Base, kind="mine")``, the base's ``__init_subclass__``
+calls :meth:`Registry.add`). A lookup by name finds, in this order:
+
+1. a class already registered;
+2. forge's own plugins, by where they live: the modules matching ``own`` (a glob under the ``forge_cli`` package,
+   e.g. ``"*/tool_session.py"``), imported on the first lookup that misses: no central list to edit, and found
+   in a source checkout without installed metadata;
+3. the entry points of group ``group`` that installed packages declare (``[project.entry-points."<group>"]`` in
+   their ``pyproject.toml``: ``name = "pkg.module:Class"``);
+4. a dotted path ``pkg.module:Class`` given as the name (a user's own, not installed as a package).
+
+A name that none of these gives is a ``ValueError`` naming every registered one. A plugin that fails to import is
+left out of the list (its error is kept and shown when it is asked for by name), so one broken plugin never hides
+the others. A leaf module: it imports nothing of forge.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T", bound=type)
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+class Registry(Generic[T]):
+    """Plugins of one extension point: ``what`` (for messages, e.g. "tool session"), their base class ``base``,
+    the entry-point group ``group`` and the glob ``own`` of forge's own plugin modules (relative to forge_cli)."""
+
+    def __init__(self, what: str, base: T, group: str, own: str = "") -> None:
+        self.what, self.base, self.group, self.own = what, base, group, own
+        self._classes: dict[str, T] = {}
+        self._errors: dict[str, str] = {}
+        self._loaded = False
+        # lookups come from several threads at once (the tool server registers rollouts in parallel): the first
+        # loads, the others wait for it; re-entrant, as a plugin module's import may look a name up itself
+        self._lock = threading.RLock()
+
+    def add(self, name: str, cls: T) -> None:
+        """Register ``cls`` as ``name`` (the base's ``__init_subclass__`` calls this); a later class of the same
+        name replaces the earlier one (a module imported again, a test's redefinition)."""
+        self._classes[name] = cls
+
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` (a test's own plugin, after the test)."""
+        self._classes.pop(name, None)
+
+    def load_all(self) -> None:
+        """Import forge's own plugin modules and load the group's entry points (once; a failure is kept by name)."""
+        with self._lock:
+            if not self._loaded:
+                self._loaded = True
+                self._load()
+
+    def _load(self) -> None:
+        if self.own:
+            for path in sorted(_PACKAGE.glob(self.own)):
+                parts = path.relative_to(_PACKAGE).with_suffix("").parts
+                module = ".".join(("forge_cli", *parts))
+                try:
+                    importlib.import_module(module)
+                except Exception as exc:  # an optional dependency missing: that plugin only is unavailable
+                    self._errors[module] = f"{type(exc).__name__}: {exc}"
+        for point in entry_points(group=self.group):
+            if point.name in self._classes:
+                continue
+            try:
+                loaded = point.load()
+            except Exception as exc:
+                self._errors[point.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            if isinstance(loaded, type) and issubclass(loaded, self.base) and point.name not in self._classes:
+                self._classes[point.name] = loaded  # type: ignore[assignment]
+
+    def get(self, name: str) -> T:
+        """The class registered as ``name`` (see the module docstring for where it is looked for)."""
+        if name not in self._classes:
+            self.load_all()
+        if name in self._classes:
+            return self._classes[name]
+        if ":" in name:
+            return self._dotted(name)
+        why = self._errors.get(name) or "; ".join(f"{where} failed to load: {error}" for where, error in
+                                                  self._errors.items())
+        raise ValueError(f"no {self.what} named {name!r}" + (f" ({why})" if why else "")
+                         + f" (registered: {', '.join(self.names()) or 'none'}; a package adds one through the "
+                         f"entry-point group {self.group!r}, or give your own as pkg.module:Class)")
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted (forge's own and installed packages' included)."""
+        self.load_all()
+        return sorted(self._classes)
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self._classes:
+            self.load_all()
+        return name in self._classes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def _dotted(self, name: str) -> T:
+        module_name, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except Exception as exc:  # the user's module: any error importing it is a configuration problem
+            raise ValueError(f"cannot import {self.what} {name!r} ({type(exc).__name__}: {exc})") from None
+        if isinstance(obj, type) and issubclass(obj, self.base):
+            return obj  # type: ignore[return-value]
+        raise ValueError(f"{name!r} is not a {self.what} (a subclass of {self.base.__name__})")

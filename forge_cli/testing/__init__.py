@@ -1,0 +1,3 @@
+"""Conformance kits for forge's extension points, importable so that a plugin in its own package can run them
+(as inspect_ai ships ``self_check``). Each kit returns the problems it found (empty: the plugin conforms); forge's
+own tests run every kit over every registered plugin, and over plugins with one planted defect each."""
