@@ -45,7 +45,7 @@ def saved_experiment(run_dir: Path) -> tuple[Experiment, dict[str, Any]]:
     """The experiment a run was started with (its ``config.yaml``); UserError (exit 2) when there is none."""
     import yaml
 
-    from forge_cli.config.schema import Experiment
+    from forge_cli.envs.resolve import validate_experiment
     from forge_cli.errors import UserError
 
     config = run_dir / "config.yaml"
@@ -58,11 +58,12 @@ def saved_experiment(run_dir: Path) -> tuple[Experiment, dict[str, Any]]:
     data = yaml.safe_load(config.read_text())
     if not isinstance(data, dict):
         raise UserError(f"--resume: {config} is not an experiment", exit_code=2)
-    return Experiment.model_validate(data), data
+    return validate_experiment(data), data
 
 
 def load(overrides: list[str] | None, config_dir: Path | None) -> Composed:
-    """Compose and validate the experiment (raises ConfigError with every problem)."""
-    from forge_cli.config.compose import compose
+    """Compose and validate the experiment, checked against its task source (raises ConfigError with every
+    problem)."""
+    from forge_cli.envs.resolve import compose_resolved
 
-    return compose(list(overrides or []), config_dir)
+    return compose_resolved(list(overrides or []), config_dir)

@@ -33,6 +33,7 @@ def manifests(
     import yaml
 
     from forge_cli.cli.runtime_common import load_runtime
+    from forge_cli.envs.resolve import compose_resolved
     from forge_cli.errors import UserError
     from forge_cli.runtime.k8s_controller import controller_manifests
     from forge_cli.runtime.k8s_manifests import cluster_manifests
@@ -44,5 +45,5 @@ def manifests(
                            proxy_upstream=proxy_upstream, proxy_replicas=proxy_replicas)
     docs = cluster_manifests(runtime)
     if with_controller:
-        docs += controller_manifests(runtime, controller_command, overrides or [], runs_size)
+        docs += controller_manifests(runtime, controller_command, overrides or [], runs_size, compose_resolved)
     typer.echo(yaml.safe_dump_all(docs, sort_keys=False, width=120), nl=False)

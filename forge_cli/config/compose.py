@@ -4,11 +4,16 @@ Every problem found is collected and raised at once as a :class:`ConfigError` (e
 overrides, unknown group options (with near-miss suggestions), config files that are not valid YAML
 (file, line and column), composition failures, missing required values and type errors, each naming
 the key, the bad value and what is allowed.
+
+A task source's own options are not checked here: ``config`` imports no task source. The step above it that does
+(``forge_cli.envs.resolve.compose_resolved``, what every command composes with) passes ``resolve``, whose problems
+are reported with these.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,10 @@ from forge_cli.paths import configs_dir
 
 PRIMARY = "experiment"
 MISSING = "???"
+
+# a layer above config given the composed dict before it is validated: the dict to validate instead, and problems of
+# its own (each "group: what is wrong"), reported with the schema's
+Resolve = Callable[[dict[str, Any]], tuple[dict[str, Any], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -219,8 +228,10 @@ def _yaml_problem(exc: Any) -> str:
     return f"{where.name}:{where.line + 1}:{where.column + 1}: invalid YAML: {text}"
 
 
-def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None) -> Composed:
-    """Compose ``experiment.yaml`` with ``overrides`` and validate it into an :class:`Experiment`."""
+def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None,
+            resolve: Resolve | None = None) -> Composed:
+    """Compose ``experiment.yaml`` with ``overrides`` and validate it into an :class:`Experiment` (what ``resolve``
+    makes of the composed dict, when given; ``Composed.data`` stays the composed dict)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -262,11 +273,13 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None
     assert isinstance(raw, dict)
     data: dict[str, Any] = {str(k): v for k, v in raw.items()}
     problems = [f"{key}: missing required value (set it with {key}=...)" for key in _missing(data)]
+    validated, resolved = resolve(data) if resolve is not None else (data, [])
     try:
-        experiment = Experiment.model_validate(data)
+        experiment = Experiment.model_validate(validated)
     except ValidationError as exc:
         missing = set(_missing(data))
         problems += [p for p in _pydantic_problems(exc, data) if p.split(":")[0] not in missing]
+    problems += resolved
     if problems:
         raise ConfigError(problems)
     experiment = _context_as_meant(experiment, data, normalised)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, SerializeAsAny, field_validator, model_validator
 
 from forge_cli.config.fields import Strict, parse_memory, upstream_urls
 from forge_cli.config.training import AlgoConfig, LoraSettings, TrainerConfig, validate_trainer
@@ -137,16 +137,9 @@ class EnvConfig(Strict):
     # the source's own options (validated by the source's Options model)
     options: dict[str, Any] = {}
 
+    # the source and its options are checked above config, where task sources are known (forge_cli/envs/resolve.py)
     @model_validator(mode="after")
-    def _source_and_options(self) -> EnvConfig:
-        from forge_cli.envs.source import source_class
-
-        cls = source_class(self.source)  # ValueError: unknown source
-        try:
-            cls.Options.model_validate(self.options)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-            raise ValueError(f"env.options for source '{self.source}': {problems}") from None
+    def _unique_services(self) -> EnvConfig:
         names = [s.name for s in self.services]
         if len(set(names)) != len(names):
             raise ValueError("env.services: two services share a name")
@@ -391,7 +384,8 @@ def _valid_judge(overrides: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-# a task source's ``env.options.judge``: JudgeSettings keys, null = not set (eval.judge merged in by Experiment)
+# a task source's ``env.options.judge``: JudgeSettings keys, null = not set (eval.judge merged in by
+# forge_cli.envs.resolve)
 JudgeOverrides = Annotated[dict[str, Any], AfterValidator(_valid_judge)]
 
 
@@ -409,29 +403,6 @@ class EvalSettings(Strict):
 
 
 class Experiment(Strict):
-    @model_validator(mode="before")
-    @classmethod
-    def _judge_into_env(cls, data: Any) -> Any:
-        """``eval.judge`` reaches a task source whose options take a judge: its keys under ``env.options.judge``
-        (which wins key by key: one experiment may judge two envs differently)."""
-        if not isinstance(data, dict) or not isinstance(data.get("env"), dict):
-            return data
-        judge = (data.get("eval") or {}).get("judge") if isinstance(data.get("eval"), dict) else None
-        if not isinstance(judge, dict) or not judge:
-            return data
-        from forge_cli.envs.source import source_class
-
-        try:
-            takes_judge = "judge" in source_class(str(data["env"].get("source"))).Options.model_fields
-        except ValueError:
-            return data  # an unknown source: EnvConfig says so
-        options = data["env"].get("options") or {}
-        if not takes_judge or not isinstance(options, dict):
-            return data
-        own: dict[str, Any] = options["judge"] if isinstance(options.get("judge"), dict) else {}
-        merged = {**judge, **{k: v for k, v in own.items() if v is not None}}
-        return {**data, "env": {**data["env"], "options": {**options, "judge": merged}}}
-
     @field_validator("trainer", mode="before")
     @classmethod
     def _trainer_by_kind(cls, value: Any) -> Any:

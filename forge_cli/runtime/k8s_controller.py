@@ -12,7 +12,7 @@ and the run directory lands on a PersistentVolumeClaim that outlives the Job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from forge_cli.config.schema import KubernetesRuntime
@@ -32,10 +32,15 @@ RUNS_CLAIM = "forge-runs"
 RUNS_MOUNT = "/runs"
 # settings the Job fixes itself: the user's overrides may not change them (the manifests depend on them)
 OWNED = ("runtime", "proxy.url", "proxy.upstream", "proxy.replicas", "tools", "run.output_dir")
+# composes the Job's experiment as the Job will (ConfigError on a problem): the CLI passes the one that also checks
+# the task source's options (forge_cli.envs.resolve.compose_resolved), which runtime/ does not import
+Compose = Callable[[list[str]], object]
 
 
-def controller_args(runtime: KubernetesRuntime, verb: str, overrides: Sequence[str]) -> list[str]:
-    """The Job's command: ``forge VERB`` with the user's overrides and the settings that put it in the cluster."""
+def controller_args(runtime: KubernetesRuntime, verb: str, overrides: Sequence[str],
+                    compose: Compose | None = None) -> list[str]:
+    """The Job's command: ``forge VERB`` with the user's overrides and the settings that put it in the cluster,
+    composed here first with ``compose`` (None: config's own, which leaves the task source's options unchecked)."""
     if verb not in VERBS:
         raise UserError(f"--controller-command {verb!r}: one of {', '.join(VERBS)}", exit_code=2)
     for override in overrides:
@@ -57,15 +62,16 @@ def controller_args(runtime: KubernetesRuntime, verb: str, overrides: Sequence[s
         f"run.output_dir={RUNS_MOUNT}",
     ]
     # composed here as the Job will compose it: a typo fails now (exit 2), not in the cluster
-    from forge_cli.config.compose import compose
+    from forge_cli.config.compose import compose as config_compose
 
-    compose([*overrides, *fixed])
+    (compose or config_compose)([*overrides, *fixed])
     return ["forge", verb, *overrides, *fixed]
 
 
 def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Sequence[str],
-                         runs_size: str = "10Gi") -> list[dict[str, Any]]:
-    """The claim for run directories, the controller Job (``forge VERB``) and the tool server's Service."""
+                         runs_size: str = "10Gi", compose: Compose | None = None) -> list[dict[str, Any]]:
+    """The claim for run directories, the controller Job (``forge VERB``) and the tool server's Service
+    (``compose``: as :func:`controller_args`)."""
     ns = runtime.namespace
     app = {"app.kubernetes.io/name": CONTROLLER_APP, "app.kubernetes.io/part-of": "forge"}
     docs: list[dict[str, Any]] = [
@@ -86,7 +92,7 @@ def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Seque
                          "name": "forge",
                          "image": runtime.proxy_image,
                          "imagePullPolicy": runtime.image_pull_policy,
-                         "command": controller_args(runtime, verb, overrides),
+                         "command": controller_args(runtime, verb, overrides, compose),
                          "env": [{"name": PROXY_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
                              "name": PROXY_TOKEN_SECRET, "key": "token"}}}],
                          "ports": [{"name": "tools", "containerPort": runtime.tools_port, "protocol": "TCP"}],

@@ -254,10 +254,14 @@ def base_data(select: tuple[str, ...]) -> dict[str, Any]:
 
 
 def schema_accepts(field: Field, value: Any) -> bool:
-    """The schema's own verdict on the composed default experiment with ``field`` set to ``value``."""
+    """The schema's own verdict on the composed default experiment with ``field`` set to ``value`` (with the check
+    of the env's task source and options that every command makes)."""
     import copy
 
     from pydantic import ValidationError
+
+    from forge_cli.envs.resolve import validate_experiment
+    from forge_cli.errors import ConfigError
 
     data = copy.deepcopy(base_data(field.select))
     parts = (field.container or field.key).split(".")
@@ -273,8 +277,8 @@ def schema_accepts(field: Field, value: Any) -> bool:
     if field.key == "algo.group_size":
         data["rollout"]["samples_per_task"] = value  # ${algo.group_size} in experiment.yaml
     try:
-        Experiment.model_validate(data)
-    except (ValidationError, ValueError, TypeError):
+        validate_experiment(data)
+    except (ValidationError, ValueError, TypeError, ConfigError):
         return False
     return True
 

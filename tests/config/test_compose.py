@@ -143,13 +143,15 @@ def test_proxy_limits_are_validated() -> None:
 
 
 def test_eval_judge_reaches_the_envs_that_take_a_judge_and_env_options_override_it_key_by_key() -> None:
+    from forge_cli.envs.resolve import compose_resolved  # the step above config that knows task sources
+
     url = "http://127.0.0.1:9/v1"
-    qwen = compose(["env=qwenclawbench", f"eval.judge.base_url={url}", "eval.judge.retries=5"]).experiment
+    qwen = compose_resolved(["env=qwenclawbench", f"eval.judge.base_url={url}", "eval.judge.retries=5"]).experiment
     assert qwen.env.options["judge"]["base_url"] == url and qwen.env.options["judge"]["retries"] == 5
-    claw = compose(["env=claweval", f"eval.judge.base_url={url}", "env.options.judge.model=m",
-                    "env.options.judge.retries=2", "eval.judge.retries=7"]).experiment
+    claw = compose_resolved(["env=claweval", f"eval.judge.base_url={url}", "env.options.judge.model=m",
+                             "env.options.judge.retries=2", "eval.judge.retries=7"]).experiment
     assert (claw.env.options["judge"]["base_url"], claw.env.options["judge"]["model"]) == (url, "m")
     assert claw.env.options["judge"]["retries"] == 2, "env.options.judge wins for its env"
-    assert compose(["env=builtin", f"eval.judge.base_url={url}"]).experiment.env.options == {}
+    assert compose_resolved(["env=builtin", f"eval.judge.base_url={url}"]).experiment.env.options == {}
     with pytest.raises(ConfigError, match=r"judge\.retries"):
-        compose(["env=claweval", "env.options.judge.retries=0"])
+        compose_resolved(["env=claweval", "env.options.judge.retries=0"])

@@ -17,6 +17,7 @@ from forge_cli.config.compose import compose
 from forge_cli.config.schema import EnvConfig
 from forge_cli.envs.builtin import FAMILIES, BuiltinOptions, BuiltinSource, generate, read_task_file, templates
 from forge_cli.envs.builtin.taskfile import dump_tasks, task_entry
+from forge_cli.envs.resolve import check_options, compose_resolved
 from forge_cli.envs.source import load_tasks
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifyContext, new_reward_dir, run_verifier
@@ -38,6 +39,8 @@ def _env(*overrides: str) -> EnvConfig:
 
 def _source(*overrides: str, **options: Any) -> BuiltinSource:
     env = _env(*overrides)
+    if options:
+        check_options(env.source, options)  # what every command's composition checks (ValueError)
     return BuiltinSource(EnvConfig.model_validate({**env.model_dump(), "options": options}) if options else env)
 
 
@@ -189,12 +192,12 @@ def test_options_are_validated() -> None:
 def test_options_on_the_command_line_and_no_leak_to_other_sources() -> None:
     """``env.options.seed=N`` (the learning benchmark's repeats) composes although the YAML leaves options empty; a
     misspelt option is the source's own error; another source does not inherit the builtin suite's options."""
-    other = compose(["env.options.seed=1000"]).experiment.env
+    other = compose_resolved(["env.options.seed=1000"]).experiment.env
     assert other.options == {"seed": 1000}
     assert load_tasks(other).tasks[0].id != load_tasks(_env()).tasks[0].id
     with pytest.raises(ConfigError, match=r"seeed: Extra inputs"):
-        compose(["env.options.seeed=1"])
-    assert compose(["env.source=miniwob"]).experiment.env.options == {}
+        compose_resolved(["env.options.seeed=1"])
+    assert compose_resolved(["env.source=miniwob"]).experiment.env.options == {}
 
 
 # ---------------------------------------------------------------- every task in a real sandbox

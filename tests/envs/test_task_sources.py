@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from forge_cli.config.compose import compose
+from forge_cli.envs.resolve import compose_resolved
 from forge_cli.envs.source import SOURCES, TaskSource, known_sources, load_tasks, source_class
 from forge_cli.envs.verifier import Verifier
 from forge_cli.errors import ConfigError, UserError
@@ -15,7 +15,7 @@ from tests.helpers import EXAMPLE_TASKS
 
 
 def _env(*overrides: str) -> Any:
-    return compose(list(overrides)).experiment.env
+    return compose_resolved(list(overrides)).experiment.env
 
 
 def test_filters_by_id_and_count() -> None:
@@ -43,9 +43,9 @@ def test_default_split_follows_the_purpose() -> None:
 
 def test_unknown_source_and_bad_options_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="unknown task source 'nosuch'"):
-        compose(["env.source=nosuch"])
+        compose_resolved(["env.source=nosuch"])
     with pytest.raises(ConfigError, match=r"env\.options"):
-        compose(["+env.options.no_such_option=1"])
+        compose_resolved(["+env.options.no_such_option=1"])
 
 
 def test_a_users_own_source_by_dotted_path() -> None:

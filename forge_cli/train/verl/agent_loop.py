@@ -118,7 +118,7 @@ def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
     import httpx
     import yaml
 
-    from forge_cli.config.schema import Experiment
+    from forge_cli.envs.resolve import validate_experiment
     from forge_cli.envs.source import load_tasks
     from forge_cli.rollout.session import RolloutSession
     from forge_cli.train.step import sample_policy
@@ -129,7 +129,7 @@ def _start(config: str, rollouts_dir: str, upstream: str) -> _Runtime:
     data["model"] = {**data.get("model", {}), "served_name": served}
     data["proxy"] = {**data.get("proxy", {}), "upstream": upstream, "port": 0}
     data["run"] = {**data.get("run", {}), "output_dir": rollouts_dir}
-    exp = Experiment.model_validate(data)
+    exp = validate_experiment(data)
     taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose="train")
     tasks = {t.id: t for t in taskset.tasks}
     eval_env = exp.env.model_copy(update={"split": exp.trainer.eval_split, "task_ids": None, "max_tasks": None})
