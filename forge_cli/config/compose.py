@@ -12,13 +12,16 @@ are reported with these.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forge_cli.config.runtimes import RUNTIMES, RuntimeOptions
 from forge_cli.config.schema import GROUPS, Experiment
+from forge_cli.config.training import TrainerConfig, trainer_options
 from forge_cli.errors import ConfigError
 from forge_cli.paths import configs_dir
 
@@ -144,6 +147,10 @@ def _check_keys(cfg: Any, overrides: list[str]) -> tuple[list[str], list[str]]:
 FREE_FORM = ("env", "options")
 
 
+# groups whose options class is registered by kind: the lookup from kind to class
+_BY_KIND: dict[type, Callable[[str], type]] = {RuntimeOptions: RUNTIMES.get, TrainerConfig: trainer_options}
+
+
 def _schema_has(cfg: Any, key: str) -> bool:
     """Whether ``key`` (a.b.c) is a field of the schema, in the variant ``cfg`` selects (runtime kind, model
     source)."""
@@ -167,6 +174,9 @@ def _schema_has(cfg: Any, key: str) -> bool:
             discriminator = str(fields[part].discriminator)
             tag = cfg.get(path[0], {}).get(discriminator) if len(path) == 1 else None
             members = [m for m in members if tag in typing.get_args(m.model_fields[discriminator].annotation)]
+        elif len(path) == 1 and members and members[0] in _BY_KIND:  # registered by kind: the class of cfg's kind
+            with contextlib.suppress(ValueError):  # an unknown kind: validation names it
+                members = [_BY_KIND[members[0]](str(cfg.get(path[0], {}).get("kind")))]
         model = members[0] if len(members) == 1 else None
     return True
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from forge_cli.config import schema, training
+from forge_cli.config import runtimes, schema, training
 from forge_cli.paths import configs_dir
 
 DEFAULT_DIR = "docs/reference/options"
@@ -212,6 +212,8 @@ def _section_models(name: str) -> list[type[BaseModel]]:
     if name == "trainer":  # registered by name (config/training.py): one section per registered backend
         training._load_all()
         return [training.TRAINER_OPTIONS[k] for k in sorted(training.TRAINER_OPTIONS)]
+    if name == "runtime":  # registered by kind (config/runtimes.py): one section per registered backend
+        return [runtimes.RUNTIMES.get(k) for k in runtimes.RUNTIMES.names()]
     return _models(schema.Experiment.model_fields[name].annotation)
 
 

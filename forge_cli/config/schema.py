@@ -11,9 +11,19 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, SerializeAsAny, field_validator, model_validator
 
 from forge_cli.config.fields import Strict, parse_memory, upstream_urls
+from forge_cli.config.runtimes import (
+    DockerRuntime,
+    KubernetesRuntime,
+    LocalRuntime,
+    Resources,
+    RuntimeConfig,
+    RuntimeOptions,
+    validate_runtime,
+)
 from forge_cli.config.training import AlgoConfig, LoraSettings, TrainerConfig, validate_trainer
 
-__all__ = ["AlgoConfig", "LoraSettings", "Strict", "TrainerConfig", "parse_memory", "upstream_urls"]
+__all__ = ["AlgoConfig", "DockerRuntime", "KubernetesRuntime", "LocalRuntime", "LoraSettings", "Resources",
+           "RuntimeConfig", "RuntimeOptions", "Strict", "TrainerConfig", "parse_memory", "upstream_urls"]
 
 GROUPS: tuple[str, ...] = ("harness", "env", "runtime", "model", "trainer", "algo")
 
@@ -144,78 +154,6 @@ class EnvConfig(Strict):
         if len(set(names)) != len(names):
             raise ValueError("env.services: two services share a name")
         return self
-
-
-# ---------------------------------------------------------------- runtime
-class Resources(Strict):
-    cpus: Annotated[float, Field(gt=0)] = 1.0
-    memory: str = "2g"
-    pids: Annotated[int, Field(gt=0)] = 512
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, value: str) -> str:
-        parse_memory(value)
-        return value
-
-    @property
-    def memory_bytes(self) -> int:
-        return parse_memory(self.memory)
-
-
-class _RuntimeBase(Strict):
-    description: str
-    workdir: str = "/work"
-    bundle_mount: str = "/opt/forge/harness"
-    resources: Resources = Resources()
-
-
-class LocalRuntime(_RuntimeBase):
-    kind: Literal["local"]
-    # auto: bubblewrap when usable, else unisolated with a warning; bwrap: required (exit 1 without it); none: opt out
-    isolation: Literal["auto", "bwrap", "none"] = "auto"
-
-
-class DockerRuntime(_RuntimeBase):
-    kind: Literal["docker"]
-    network: str = "host"
-    docker_host: str | None = None
-    # process layout in the container: "docker" (docker's --init as PID 1, forge's in-container command runner) or
-    # "pod" (the idle `sleep infinity` is PID 1 and every command arrives through docker exec, as in a Kubernetes
-    # pod): the pod's layout on a docker daemon, so that what holds in a pod can be tested without a cluster
-    layout: Literal["docker", "pod"] = "docker"
-
-
-class KubernetesRuntime(_RuntimeBase):
-    kind: Literal["kubernetes"]
-    namespace: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")] = "forge"
-    context: str | None = None
-    service_account: str = "forge-sandbox"
-    proxy_service: str = "forge-proxy"
-    proxy_port: Annotated[int, Field(gt=0, lt=65536)] = 8800
-    bundle_image: str = "forge-harness-bundles:latest"
-    # image and command of the capture proxy Deployment that `forge k8s manifests` prints
-    proxy_image: str = "forge:latest"
-    proxy_command: list[str] = ["forge", "proxy"]
-    # the policy server(s) the in-cluster proxy forwards to (forge proxy --upstream)
-    proxy_upstream: str = "http://forge-policy:8000"
-    # proxy replicas (a StatefulSet: pod i is <proxy_service>-i.<proxy_service>.<namespace>.svc); proxy.url lists
-    # each, in order, as forge reaches it
-    proxy_replicas: Annotated[int, Field(ge=1, le=64)] = 1
-    # the tool server as pods reach it when forge runs in the cluster (forge k8s manifests --with-controller)
-    tools_service: str = "forge-tools"
-    tools_port: Annotated[int, Field(gt=0, lt=65536)] = 8900
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    max_api_concurrency: Annotated[int, Field(gt=0)] = 16
-
-    @field_validator("proxy_upstream")
-    @classmethod
-    def _upstream(cls, value: str) -> str:
-        upstream_urls(value)
-        return value
-
-
-RuntimeConfig = Annotated[LocalRuntime | DockerRuntime | KubernetesRuntime, Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- model
@@ -409,10 +347,16 @@ class Experiment(Strict):
         """``trainer`` as the options class its ``kind`` registered (``config.training.trainer_options``)."""
         return validate_trainer(value)
 
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _runtime_by_kind(cls, value: Any) -> Any:
+        """``runtime`` as the options class its ``kind`` registered (``config.runtimes.RUNTIMES``)."""
+        return validate_runtime(value)
+
     run: RunSettings
     harness: HarnessConfig
     env: EnvConfig
-    runtime: RuntimeConfig
+    runtime: SerializeAsAny[RuntimeOptions]
     model: ModelConfig
     algo: AlgoConfig
     trainer: SerializeAsAny[TrainerConfig]

@@ -1,4 +1,5 @@
-"""Backend lookup by ``runtime.kind``; backends are imported lazily (docker, kubernetes are heavy)."""
+"""Backend lookup by ``runtime.kind``: the Sandbox class its options class names (``RuntimeOptions.sandbox``,
+``forge_cli/config/runtimes.py``), imported lazily (docker, kubernetes are heavy)."""
 
 from __future__ import annotations
 
@@ -6,24 +7,20 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from forge_cli.config.runtimes import RUNTIMES
 from forge_cli.errors import UserError
 from forge_cli.runtime.base import Sandbox
 from forge_cli.runtime.spec import SandboxSpec
 
-BACKENDS: dict[str, str] = {
-    "local": "forge_cli.runtime.local:LocalSandbox",
-    "docker": "forge_cli.runtime.docker:DockerSandbox",
-    "kubernetes": "forge_cli.runtime.kubernetes:KubernetesSandbox",
-}
-
 
 def backend(kind: str) -> type[Sandbox]:
-    """The Sandbox class of a runtime kind (``local``, ``docker``, ``kubernetes``)."""
+    """The Sandbox class of a registered runtime kind (forge's: ``local``, ``docker``, ``kubernetes``)."""
     try:
-        module, name = BACKENDS[kind].split(":")
-    except KeyError:
-        raise UserError(f"unknown sandbox runtime '{kind}'", f"use one of: {', '.join(BACKENDS)}",
+        options = RUNTIMES.get(kind)
+    except ValueError:
+        raise UserError(f"unknown sandbox runtime '{kind}'", f"use one of: {', '.join(RUNTIMES.names())}",
                         exit_code=2) from None
+    module, _, name = options.sandbox.partition(":")
     cls: type[Sandbox] = getattr(importlib.import_module(module), name)
     return cls
 

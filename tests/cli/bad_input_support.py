@@ -21,6 +21,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from forge_cli.config.runtimes import RUNTIMES, RuntimeOptions
 from forge_cli.config.schema import Experiment
 
 TRACEBACK = "Traceback (most recent call last)"
@@ -192,8 +193,10 @@ def _walk(model: type[BaseModel], prefix: str, select: tuple[str, ...], optional
         annotation = info.annotation
         members = unwrap(annotation)
         tags = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        if tags == [RuntimeOptions]:  # registered by kind (config/runtimes.py): every registered variant
+            tags = [RUNTIMES.get(kind) for kind in RUNTIMES.names()]
         if len(tags) > 1:  # a discriminated union: each variant's fields, with the option that selects it
-            discriminator = str(info.discriminator)
+            discriminator = str(info.discriminator or "kind")
             for variant in tags:
                 tag = typing.get_args(variant.model_fields[discriminator].annotation)[0]
                 option = _variant_option(name, discriminator, tag)
