@@ -26,16 +26,17 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Generic, TypeVar
 
-T = TypeVar("T", bound=type)
+T = TypeVar("T")
 
 _PACKAGE = Path(__file__).resolve().parent
 
 
 class Registry(Generic[T]):
-    """Plugins of one extension point: ``what`` (for messages, e.g. "tool session"), their base class ``base``,
-    the entry-point group ``group`` and the glob ``own`` of forge's own plugin modules (relative to forge_cli)."""
+    """Plugins of one extension point: ``what`` (for messages, e.g. "tool session"), their base class ``base``
+    (None: plugins are functions), the entry-point group ``group`` and the glob ``own`` of forge's own plugin
+    modules (relative to forge_cli)."""
 
-    def __init__(self, what: str, base: T, group: str, own: str = "") -> None:
+    def __init__(self, what: str, base: type | None, group: str, own: str = "") -> None:
         self.what, self.base, self.group, self.own = what, base, group, own
         self._classes: dict[str, T] = {}
         self._errors: dict[str, str] = {}
@@ -48,6 +49,10 @@ class Registry(Generic[T]):
         """Register ``cls`` as ``name`` (the base's ``__init_subclass__`` calls this); a later class of the same
         name replaces the earlier one (a module imported again, a test's redefinition)."""
         self._classes[name] = cls
+
+    def registered(self, name: str) -> T | None:
+        """The plugin registered as ``name`` now, without loading anything (None: none)."""
+        return self._classes.get(name)
 
     def remove(self, name: str) -> None:
         """Unregister ``name`` (a test's own plugin, after the test)."""
@@ -77,8 +82,8 @@ class Registry(Generic[T]):
             except Exception as exc:
                 self._errors[point.name] = f"{type(exc).__name__}: {exc}"
                 continue
-            if isinstance(loaded, type) and issubclass(loaded, self.base) and point.name not in self._classes:
-                self._classes[point.name] = loaded  # type: ignore[assignment]
+            if self._accepts(loaded) and point.name not in self._classes:
+                self._classes[point.name] = loaded
 
     def get(self, name: str) -> T:
         """The class registered as ``name`` (see the module docstring for where it is looked for)."""
@@ -90,9 +95,10 @@ class Registry(Generic[T]):
             return self._dotted(name)
         why = self._errors.get(name) or "; ".join(f"{where} failed to load: {error}" for where, error in
                                                   self._errors.items())
-        raise ValueError(f"no {self.what} named {name!r}" + (f" ({why})" if why else "")
+        own = "pkg.module:Class" if self.base is not None else "pkg.module:function"
+        raise ValueError(f"unknown {self.what} {name!r}" + (f" ({why})" if why else "")
                          + f" (registered: {', '.join(self.names()) or 'none'}; a package adds one through the "
-                         f"entry-point group {self.group!r}, or give your own as pkg.module:Class)")
+                         f"entry-point group {self.group!r}, or give your own as {own})")
 
     def names(self) -> list[str]:
         """Every registered name, sorted (forge's own and installed packages' included)."""
@@ -113,6 +119,12 @@ class Registry(Generic[T]):
             obj = getattr(importlib.import_module(module_name), attr)
         except Exception as exc:  # the user's module: any error importing it is a configuration problem
             raise ValueError(f"cannot import {self.what} {name!r} ({type(exc).__name__}: {exc})") from None
-        if isinstance(obj, type) and issubclass(obj, self.base):
-            return obj  # type: ignore[return-value]
-        raise ValueError(f"{name!r} is not a {self.what} (a subclass of {self.base.__name__})")
+        if self._accepts(obj):
+            return obj
+        what = f"a subclass of {self.base.__name__}" if self.base is not None else "a function"
+        raise ValueError(f"{name!r} is not a {self.what} ({what})")
+
+    def _accepts(self, obj: object) -> bool:
+        if self.base is None:
+            return callable(obj)
+        return isinstance(obj, type) and issubclass(obj, self.base)

@@ -67,7 +67,8 @@ def export(
     Examples: forge samples export runs/RUN samples.parquet | forge samples export runs/RUN ds --format hf
     """
     from forge_cli.rollout.reader import read_run
-    from forge_cli.train.samples import EPS, ESTIMATORS, TREATMENTS, SamplePolicy, build_batch
+    from forge_cli.train.algos import ADVANTAGES
+    from forge_cli.train.samples import EPS, TREATMENTS, SamplePolicy, build_batch
     from forge_cli.train.samples_export import FORMATS, load_decoder, model_dir_of_run, write_samples
 
     _choice("--format", fmt, FORMATS)
@@ -85,10 +86,10 @@ def export(
     algo, trainer = _section(config, "algo"), _section(config, "trainer")
     if max_seq_len is None and isinstance(trainer.get("max_seq_len"), int):
         max_seq_len = int(trainer["max_seq_len"])
-    estimator = algo.get("advantage") if algo.get("advantage") in ESTIMATORS else "grpo"
+    estimator = str(algo.get("advantage")) if str(algo.get("advantage")) in ADVANTAGES else "grpo"
     epsilon = algo.get("epsilon")
     policy = SamplePolicy(max_seq_len=max_seq_len, drop_group_on_infra=drop_group_on_infra,
-                          timeout=timeout, over_length=over_length, advantage=estimator,  # type: ignore[arg-type]
+                          timeout=timeout, over_length=over_length, advantage=estimator,  # type: ignore[arg-type]  # checked by _choice
                           norm_adv_by_std=bool(algo.get("norm_adv_by_std", True)),
                           epsilon=float(epsilon) if isinstance(epsilon, int | float) else EPS)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from forge_cli.cli.common import ConfigDir, JsonFlag, Overrides, experiment
+from forge_cli.errors import UserError
 
 if TYPE_CHECKING:
     from forge_cli.config.schema import Experiment
@@ -45,9 +46,23 @@ def train(
     runner(exp, data, fitted=fitted, context_note=context_note, resume=resume, dry_run=dry_run, as_json=as_json)
 
 
+def _check_algorithms(exp: Experiment) -> None:
+    """The advantage estimator and policy loss the experiment names are registered (exit 2 naming those that are)."""
+    from forge_cli.train.algos import get_adv_estimator_fn, get_policy_loss_fn
+
+    for key, value, lookup in (("algo.advantage", exp.algo.advantage, get_adv_estimator_fn),
+                               ("algo.policy_loss", exp.algo.policy_loss, get_policy_loss_fn)):
+        try:
+            lookup(value)
+        except ValueError as exc:
+            raise UserError(f"{key}={value}: {exc}", fix=f"set {key} to a registered name, or install the package "
+                            "that registers it", exit_code=2) from None
+
+
 def train_local(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, context_note: str | None,
                 resume: Path | None, dry_run: bool, as_json: bool) -> None:
     """``forge train`` with forge's own trainer (``trainer=local``): the plan, or the step loop to its summary."""
+    _check_algorithms(exp)
     if dry_run:
         from forge_cli.rollout.plan import build_plan
         from forge_cli.train.backend import backend_class

@@ -21,7 +21,9 @@ class AlgoConfig(Strict):
 
     name: str
     description: str
-    advantage: Literal["grpo", "rloo"]
+    # advantage estimator by registered name: forge's grpo and rloo (forge_cli/train/algos.py), or one a package
+    # registers (entry points forge.advantages) or names as pkg.module:function; checked when training starts
+    advantage: str
     group_size: Annotated[int, Field(ge=1)] = 4
     norm_adv_by_std: bool = True
     # added to the group's std before dividing (veRL's epsilon)
@@ -30,6 +32,9 @@ class AlgoConfig(Strict):
     clip_ratio_high: Annotated[float, Field(ge=0)] = 0.2
     # dual-clip bound for negative advantages (veRL requires > 1)
     clip_ratio_c: Annotated[float, Field(gt=1)] = 3.0
+    # policy loss by registered name (veRL's actor.policy_loss.loss_mode): vanilla (PPO-clip with clip-higher and
+    # dual clip), or one a package registers (entry points forge.policy_losses) or names as pkg.module:function
+    policy_loss: str = "vanilla"
     # truncated importance sampling: per-token weight min(pi_trainer / pi_rollout, tis_cap); None = off
     tis_cap: Annotated[float, Field(gt=0)] | None = None
     kl_coef: Annotated[float, Field(ge=0)] = 0.0

@@ -24,11 +24,15 @@ from typing import Any
 
 import torch
 
+from forge_cli.plugins import Registry
+
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-ADV_ESTIMATOR_REGISTRY: dict[str, AdvantageFn] = {}
-POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
+# by name (algo.advantage, algo.policy_loss): forge's below, a package's through the entry-point groups (a module
+# whose import registers them with the decorators, or the function itself), a user's own as pkg.module:function
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", None, "forge.advantages")
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", None, "forge.policy_losses")
 # veRL's aggregation modes; forge's config offers all but token-sum
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # veRL's KL estimators (a trailing "+" keeps the value and takes k2's gradient)
@@ -39,37 +43,42 @@ _LOG_RATIO_BOUND = 20.0
 
 
 def register_adv_est(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator: register an advantage estimator under ``name`` (a second, different function is an error)."""
+    """Decorator: register an advantage estimator under ``name`` (a second, different function is an error).
+
+    An estimator takes veRL's arguments: ``(token_level_rewards, response_mask, index, epsilon=...,
+    norm_adv_by_std_in_grpo=..., config=None, **kwargs)`` (rows x tokens; ``index[i]`` names row i's group) and
+    returns ``(advantages, returns)`` of the rewards' shape; ``forge_cli.testing.advantage`` is its conformance kit.
+    """
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        if ADV_ESTIMATOR_REGISTRY.get(name, fn) is not fn:
+        if ADVANTAGES.registered(name) not in (None, fn):
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADV_ESTIMATOR_REGISTRY[name] = fn
+        ADVANTAGES.add(name, fn)
         return fn
 
     return decorator
 
 
 def get_adv_estimator_fn(name: str) -> AdvantageFn:
-    if name not in ADV_ESTIMATOR_REGISTRY:
-        raise ValueError(f"unknown advantage estimator {name!r} (known: {', '.join(sorted(ADV_ESTIMATOR_REGISTRY))})")
-    return ADV_ESTIMATOR_REGISTRY[name]
+    """The estimator registered as ``name`` (ValueError naming the registered ones)."""
+    return ADVANTAGES.get(name)
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: register a policy loss under ``name`` (veRL's ``actor.policy_loss.loss_mode``)."""
+    """Decorator: register a policy loss under ``name`` (veRL's ``actor.policy_loss.loss_mode``), called as
+    ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config=PolicyLossConfig,
+    rollout_is_weights=..., loss_weights=...)`` -> ``(loss, metrics)`` (``compute_policy_loss_vanilla``'s)."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSS_REGISTRY[name] = fn
+        POLICY_LOSSES.add(name, fn)
         return fn
 
     return decorator
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
-    if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(f"unknown policy loss {name!r} (known: {', '.join(sorted(POLICY_LOSS_REGISTRY))})")
-    return POLICY_LOSS_REGISTRY[name]
+    """The policy loss registered as ``name`` (ValueError naming the registered ones)."""
+    return POLICY_LOSSES.get(name)
 
 
 # ---------------------------------------------------------------- advantages
@@ -131,7 +140,8 @@ def rollout_advantages(rewards_by_rollout: Mapping[str, float], group_of_rollout
 
     A rollout with many segments counts once in its group's statistics; every segment of it then carries this
     one advantage (veRL's V1 trainer does the same with the final output of each agent-loop session). ``mode``
-    is a registered estimator (``grpo``, ``rloo``); ``norm_by_std`` is GRPO's std normalisation (RLOO ignores it).
+    is a registered estimator (``grpo``, ``rloo``, or a package's); ``norm_by_std`` is GRPO's std normalisation
+    (RLOO ignores it).
     Computed in float64. Raises ValueError for a rollout without a group.
     """
     ids = list(rewards_by_rollout)
@@ -140,8 +150,9 @@ def rollout_advantages(rewards_by_rollout: Mapping[str, float], group_of_rollout
         raise ValueError(f"rollouts without a group id: {', '.join(missing[:5])}")
     rewards = torch.tensor([[float(rewards_by_rollout[rollout])] for rollout in ids], dtype=torch.float64)
     index = [group_of_rollout[rollout] for rollout in ids]
-    kwargs: dict[str, Any] = {"norm_adv_by_std_in_grpo": norm_by_std} if mode == "grpo" else {}
-    advantages, _ = get_adv_estimator_fn(mode)(rewards, torch.ones_like(rewards), index, epsilon=epsilon, **kwargs)
+    # every estimator gets veRL's keywords (one that does not normalise by the std ignores it, as RLOO does)
+    advantages, _ = get_adv_estimator_fn(mode)(rewards, torch.ones_like(rewards), index, epsilon=epsilon,
+                                               norm_adv_by_std_in_grpo=norm_by_std, config=None)
     return {rollout: float(value) for rollout, value in zip(ids, advantages[:, 0].tolist(), strict=True)}
 
 

@@ -342,9 +342,10 @@ class LocalTrainer(TrainerBackend, kind="local"):
         weighted (``batch_weights``) so that the accumulated gradient is the loss of ``samples`` as one batch."""
         import torch
 
-        from forge_cli.train.algos import PolicyLossConfig, compute_policy_loss_vanilla, kl_penalty, tis_weights
+        from forge_cli.train.algos import PolicyLossConfig, get_policy_loss_fn, kl_penalty, tis_weights
 
         weights = self.batch_weights(samples)
+        policy_loss = get_policy_loss_fn(self.algo.policy_loss)  # vanilla: PPO-clip, clip-higher, dual clip
         config = PolicyLossConfig(clip_ratio=self.algo.clip_ratio_low, clip_ratio_low=self.algo.clip_ratio_low,
                                   clip_ratio_high=self.algo.clip_ratio_high, clip_ratio_c=self.algo.clip_ratio_c)
         self.optimizer.zero_grad(set_to_none=True)
@@ -365,8 +366,8 @@ class LocalTrainer(TrainerBackend, kind="local"):
             # with TIS the ratio is taken against the trainer's own start-of-step logprobs and the engine mismatch
             # is corrected by the capped weight; without it, against the rollout engine's (veRL's bypass mode)
             reference = start if tis is not None else rollout
-            loss, info = compute_policy_loss_vanilla(reference, logprobs, advantages, mask, config=config,
-                                                     rollout_is_weights=tis, loss_weights=w)
+            loss, info = policy_loss(reference, logprobs, advantages, mask, config=config, rollout_is_weights=tis,
+                                     loss_weights=w)
             if self.algo.kl_coef > 0:
                 loss = loss + self.algo.kl_coef * (kl_penalty(logprobs, self.reference_logprobs(batch),
                                                               self.algo.kl_penalty) * w * mask).sum()

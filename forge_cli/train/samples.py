@@ -43,8 +43,8 @@ from forge_cli.train.sample import Sample
 
 Treatment = Literal["mask", "zero", "drop"]
 TREATMENTS: tuple[Treatment, ...] = ("mask", "zero", "drop")
-Estimator = Literal["grpo", "rloo", "none"]
-ESTIMATORS: tuple[Estimator, ...] = ("grpo", "rloo", "none")
+# an advantage estimator registered by name (forge_cli/train/algos.py: grpo, rloo, a package's), or "none"
+Estimator = str
 # why a call did or did not join the previous trainable call's segment
 REASONS = ("first", "merged", "prefix-mismatch", "not-ok", "no-ids", "nan-logprob", "no-logprobs")
 SKIPPED = frozenset({"not-ok", "no-ids", "nan-logprob", "no-logprobs"})
@@ -63,7 +63,7 @@ class SamplePolicy:
     timeout: Treatment = "mask"
     # rollouts with status "over_length" or a call that cannot fit max_seq_len: mask, zero or drop
     over_length: Treatment = "mask"
-    # advantage estimator per group: grpo (mean/std), rloo (leave-one-out), none (advantage 0)
+    # advantage estimator per group: grpo (mean/std), rloo (leave-one-out), a registered one, none (advantage 0)
     advantage: Estimator = "grpo"
     # grpo: divide by the group's reward standard deviation (plus epsilon)
     norm_adv_by_std: bool = True
@@ -75,8 +75,13 @@ class SamplePolicy:
                 raise ValueError(f"SamplePolicy.{name}={getattr(self, name)!r}: use one of {', '.join(TREATMENTS)}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ValueError(f"SamplePolicy.max_seq_len={self.max_seq_len}: must be at least 2")
-        if self.advantage not in ESTIMATORS:
-            raise ValueError(f"SamplePolicy.advantage={self.advantage!r}: use one of {', '.join(ESTIMATORS)}")
+        if self.advantage != "none":
+            from forge_cli.train.algos import get_adv_estimator_fn
+
+            try:
+                get_adv_estimator_fn(self.advantage)
+            except ValueError as exc:
+                raise ValueError(f"SamplePolicy.advantage={self.advantage!r}: {exc} (or none)") from None
 
 
 @dataclass

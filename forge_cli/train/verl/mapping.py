@@ -46,6 +46,7 @@ MAPPING: list[tuple[str, str]] = [
     ("algo.clip_ratio_low", "actor_rollout_ref.actor.clip_ratio_low"),
     ("algo.clip_ratio_high", "actor_rollout_ref.actor.clip_ratio_high"),
     ("algo.clip_ratio_c", "actor_rollout_ref.actor.clip_ratio_c"),
+    ("algo.policy_loss", "actor_rollout_ref.actor.policy_loss.loss_mode"),
     ("algo.tis_cap", "algorithm.rollout_correction.rollout_is_threshold"),
     ("algo.kl_coef", "actor_rollout_ref.actor.kl_loss_coef"),
     ("algo.kl_penalty", "actor_rollout_ref.actor.kl_loss_type"),
@@ -171,6 +172,14 @@ def unsupported(exp: Experiment) -> list[tuple[str, str]]:
         out.append(("algo.advantage=rloo: veRL's V1 counts RLOO's leave-one-out baseline over stored rows, and a "
                     "forge rollout that splits into segments is several rows (forge counts rollouts)",
                     "algo=grpo or algo=dapo (GRPO's statistics are per rollout in veRL's V1, as in forge)"))
+    elif a.advantage != "grpo":
+        out.append((f"algo.advantage={a.advantage}: an estimator registered in forge (forge_cli/train/algos.py) runs "
+                    "in forge's own trainer; veRL's workers compute advantages with veRL's registry",
+                    "register it with veRL's core_algos.register_adv_est in its workers, or use trainer=local"))
+    if a.policy_loss != "vanilla":
+        out.append((f"algo.policy_loss={a.policy_loss}: a policy loss registered in forge runs in forge's own "
+                    "trainer; veRL's actor looks losses up in veRL's registry",
+                    "register it with veRL's core_algos.register_policy_loss in its workers, or use trainer=local"))
     if t.ppo_mini_batches > 1:
         out.append((f"trainer.ppo_mini_batches={t.ppo_mini_batches}: veRL's V1 slices mini-batches by rows after "
                     "reordering them by length (a group is split across them, and a rollout that splits adds "
@@ -212,7 +221,7 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         "algorithm.filter_groups.metric": "reward",
         "algorithm.rollout_correction.rollout_is": "token" if a.tis_cap is not None else None,
         "algorithm.rollout_correction.rollout_is_threshold": a.tis_cap if a.tis_cap is not None else 2.0,
-        "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla",
+        "actor_rollout_ref.actor.policy_loss.loss_mode": a.policy_loss,
         "actor_rollout_ref.actor.clip_ratio_low": a.clip_ratio_low,
         "actor_rollout_ref.actor.clip_ratio_high": a.clip_ratio_high,
         "actor_rollout_ref.actor.clip_ratio_c": a.clip_ratio_c,
