@@ -27,7 +27,9 @@ __all__ = ["AlgoConfig", "DockerRuntime", "KubernetesRuntime", "LocalRuntime", "
 
 GROUPS: tuple[str, ...] = ("harness", "env", "runtime", "model", "trainer", "algo")
 
-WireApi = Literal["chat_completions", "responses", "anthropic_messages", "gemini"]
+# the spellings of harness.wire_api before it took the proxy's names for its wire formats (forge_cli/proxy/wire:
+# chat, responses, anthropic, gemini), read as those names: configs written before keep working
+WIRE_API_ALIASES = {"chat_completions": "chat", "anthropic_messages": "anthropic"}
 
 
 # ---------------------------------------------------------------- harness
@@ -75,12 +77,20 @@ class HarnessBrowser(Strict):
 
 
 class HarnessConfig(Strict):
+    @field_validator("wire_api", mode="before")
+    @classmethod
+    def _old_wire_names(cls, value: Any) -> Any:
+        return WIRE_API_ALIASES.get(value, value) if isinstance(value, str) else value
+
     name: str
     description: str
     package: HarnessPackage
     runtime: Literal["python", "node", "native"]
     node_min: str | None = None
-    wire_api: WireApi
+    # the wire format the harness speaks, by the proxy's name for it (chat, responses, anthropic, gemini, or one a
+    # package registers); checked against the proxy's formats when a command composes the experiment, and each
+    # rollout's calls are counted by the format they came in (results: wire_formats)
+    wire_api: str
     entrypoint: str
     binary_path: str | None = None
     supports_mcp: bool = False

@@ -74,11 +74,24 @@ def env_problems(data: dict[str, Any]) -> list[str]:
     return []
 
 
+def harness_problems(data: dict[str, Any]) -> list[str]:
+    """``harness.wire_api`` names a wire format the capture proxy serves (forge_cli/proxy/wire)."""
+    from forge_cli.config.schema import WIRE_API_ALIASES
+    from forge_cli.proxy.wire import FORMATS
+
+    harness = data.get("harness")
+    wire = harness.get("wire_api") if isinstance(harness, dict) else None
+    if not isinstance(wire, str) or wire == MISSING or WIRE_API_ALIASES.get(wire, wire) in FORMATS:
+        return []
+    return [f"harness: harness.wire_api {wire!r} is not a wire format the capture proxy serves (one of: "
+            f"{', '.join(sorted(FORMATS))})"]
+
+
 def resolve(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """What :func:`forge_cli.config.compose.compose` validates instead of ``data`` (``eval.judge`` merged into the
-    env's options), and the problems of the env's options."""
+    env's options), and the problems of the env's options and the harness's wire format."""
     merged = judge_into_env(data)
-    return merged, env_problems(merged)
+    return merged, env_problems(merged) + harness_problems(merged)
 
 
 def compose_resolved(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None) -> Composed:

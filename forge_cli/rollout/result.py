@@ -47,6 +47,8 @@ class RolloutResult:
     # weights changed during the rollout; None: no call was recorded)
     weight_version: str | None = None
     calls: int = 0
+    # its calls per wire format the proxy recorded them in (chat, responses, anthropic, gemini)
+    wire_formats: dict[str, int] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     # task tool dispatches (rollouts/<id>/tool_calls.jsonl) and, for tasks with tools, what the tool server saw:

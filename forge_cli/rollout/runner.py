@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,8 @@ from forge_cli.runtime.spec import SANDBOX_HOME, ProxyEndpoint
 TAIL = 2000
 # where the verifier of a task with tools finds every dispatch and the builtin services' final state
 TOOL_STATE_PATH = f"{SANDBOX_HOME}/.forge/tool_state.json"
+
+log = logging.getLogger(__name__)
 
 
 class Proxy(Protocol):
@@ -216,7 +220,7 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         if registered:
             # the calls first: they can change the status the proxy is told (ending_status)
             try:
-                _apply_calls(result, await asyncio.to_thread(ctx.proxy.calls, job.rollout_id))
+                _apply_calls(result, await asyncio.to_thread(ctx.proxy.calls, job.rollout_id), exp.harness.wire_api)
             except ProxyUnreachable as exc:  # its proxy (replica) died: what the harness did says nothing
                 _proxy_lost(result, exc)
             except Exception:  # a record that cannot be read leaves the counts at 0
@@ -239,6 +243,9 @@ def _tool_state(ctx: RunContext, rollout_id: str) -> Callable[[], dict[str, Any]
     return read
 
 
+_WARNED: set[tuple[str, str]] = set()
+
+
 def _proxy_lost(result: RolloutResult, exc: Exception) -> None:
     """The rollout's capture proxy stopped answering: an infra error (never scored or trained on)."""
     why = f"its capture proxy stopped answering: {exc}"
@@ -247,11 +254,17 @@ def _proxy_lost(result: RolloutResult, exc: Exception) -> None:
     result.reward = result.passed = None
 
 
-def _apply_calls(result: RolloutResult, calls: list[dict[str, Any]]) -> None:
-    """Call and token counts, weight versions, and the status the records imply (``ending_status``): a rollout the
-    policy server refused as too long ends ``over_length``, one whose calls it stopped answering ``infra_error``
-    (not scored: its reward says nothing about the agent)."""
+def _apply_calls(result: RolloutResult, calls: list[dict[str, Any]], declared: str | None = None) -> None:
+    """Call and token counts, calls per wire format, weight versions, and the status the records imply
+    (``ending_status``): a rollout the policy server refused as too long ends ``over_length``, one whose calls it
+    stopped answering ``infra_error`` (not scored: its reward says nothing about the agent). A harness whose calls
+    came in another wire format than its ``wire_api`` declares is warned about once (its config is out of date)."""
     result.calls = len(calls)
+    result.wire_formats = dict(Counter(str(c.get("wire_format")) for c in calls))
+    if declared and calls and declared not in result.wire_formats and (result.harness, declared) not in _WARNED:
+        _WARNED.add((result.harness, declared))
+        log.warning("harness %s declares wire_api=%s but its calls came as %s: its config (harness.wire_api) does "
+                    "not match what it sends", result.harness, declared, ", ".join(sorted(result.wire_formats)))
     result.prompt_tokens = sum(int(str(c.get("prompt_tokens") or 0)) for c in calls)
     result.completion_tokens = sum(int(str(c.get("completion_tokens") or 0)) for c in calls)
     versions = sorted({str(c["weight_version"]) for c in calls if c.get("weight_version") is not None})

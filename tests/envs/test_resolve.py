@@ -50,3 +50,15 @@ def test_a_stored_experiment_gets_the_same_check() -> None:
 
 def test_a_bad_env_option_is_one_message_and_exit_2_from_the_cli() -> None:
     assert_error(run_forge("config", "show", "+env.options.no_such_option=1"), 2, BAD_OPTION)
+
+
+def test_wire_api_takes_the_proxys_names_and_reads_the_old_ones() -> None:
+    """harness.wire_api is the proxy's name of a wire format; the spellings before the rename still compose (as the
+    new names), and a name the proxy does not serve is one problem naming those it does."""
+    assert compose_resolved(["harness.wire_api=chat_completions"]).experiment.harness.wire_api == "chat"
+    assert compose_resolved(["+harness=claude-code", "harness.wire_api=anthropic_messages"]
+                            ).experiment.harness.wire_api == "anthropic"
+    with pytest.raises(ConfigError) as caught:
+        compose_resolved(["harness.wire_api=telnet"])
+    assert "harness.wire_api 'telnet'" in str(caught.value) and "anthropic, chat, gemini, responses" in str(
+        caught.value)
