@@ -105,6 +105,11 @@ class Registry(Generic[T]):
         self.load_all()
         return sorted(self._classes)
 
+    def items(self) -> list[tuple[str, T]]:
+        """Every registered (name, plugin), sorted by name."""
+        self.load_all()
+        return sorted(self._classes.items(), key=lambda item: item[0])
+
     def __contains__(self, name: object) -> bool:
         if name not in self._classes:
             self.load_all()

@@ -210,8 +210,7 @@ def rows(cls: type[BaseModel], prefix: str, comments: dict[str, str]) -> list[st
 
 def _section_models(name: str) -> list[type[BaseModel]]:
     if name == "trainer":  # registered by name (config/training.py): one section per registered backend
-        training._load_all()
-        return [training.TRAINER_OPTIONS[k] for k in sorted(training.TRAINER_OPTIONS)]
+        return [cls for _, cls in training.TRAINERS.items()]
     if name == "runtime":  # registered by kind (config/runtimes.py): one section per registered backend
         return [runtimes.RUNTIMES.get(k) for k in runtimes.RUNTIMES.names()]
     return _models(schema.Experiment.model_fields[name].annotation)
@@ -219,7 +218,7 @@ def _section_models(name: str) -> list[type[BaseModel]]:
 
 def _tag(model: type[BaseModel]) -> tuple[str, str] | None:
     """The discriminator of a group's variant: ("kind", "docker"), ("source", "vllm")."""
-    for kind, registered in training.TRAINER_OPTIONS.items():
+    for kind, registered in [*training.TRAINERS.items(), *runtimes.RUNTIMES.items()]:
         if registered is model:
             return "kind", kind
     for tag in ("kind", "source"):

@@ -5,12 +5,12 @@ Re-exported by :mod:`forge_cli.config.schema`, where the experiment that holds t
 
 from __future__ import annotations
 
-import contextlib
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from forge_cli.config.fields import Strict
+from forge_cli.plugins import Registry
 
 
 class AlgoConfig(Strict):
@@ -146,38 +146,23 @@ class TrainerConfig(Strict):
     def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if kind:
-            TRAINER_OPTIONS[kind] = cls
+            TRAINERS.add(kind, cls)
 
 
-TRAINER_OPTIONS: dict[str, type[TrainerConfig]] = {}
-ENTRY_POINTS = "forge.trainers"
-
-
-def _load_all() -> None:
-    """Register every trainer backend there is: forge's own (``forge_cli/train/<kind>/options.py``, found without
-    installed metadata, e.g. in a source checkout) and the ``forge.trainers`` entry points of installed packages."""
-    import importlib
-    from importlib.metadata import entry_points
-    from pathlib import Path
-
-    # plugins found by where they live (a runtime lookup, as the entry points below; config imports no layer above)
-    for options in sorted((Path(__file__).resolve().parents[1] / "train").glob("*/options.py")):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(f"forge_cli.train.{options.parent.name}.options")
-    for point in entry_points(group=ENTRY_POINTS):
-        if point.name not in TRAINER_OPTIONS:
-            with contextlib.suppress(Exception):  # a broken plugin is reported as missing, by name
-                point.load()
+# trainer backends by kind (forge_cli/plugins.py): forge's own in forge_cli/train/<kind>/options.py (``local`` below),
+# found by where they live; a package's through the entry-point group ``forge.trainers``
+TRAINERS: Registry[type[TrainerConfig]] = Registry("trainer backend", TrainerConfig, "forge.trainers",
+                                                   own="train/*/options.py")
+ENTRY_POINTS = TRAINERS.group
 
 
 def trainer_options(kind: str) -> type[TrainerConfig]:
     """The options class registered as ``kind``; ValueError naming the registered kinds otherwise."""
-    if kind not in TRAINER_OPTIONS:
-        _load_all()
-    if kind not in TRAINER_OPTIONS:
-        raise ValueError(f"no trainer backend named {kind!r} (registered: {', '.join(sorted(TRAINER_OPTIONS))}; a "
-                         f"package adds one through the entry-point group {ENTRY_POINTS!r})")
-    return TRAINER_OPTIONS[kind]
+    try:
+        return TRAINERS.get(kind)
+    except ValueError:
+        raise ValueError(f"no trainer backend named {kind!r} (registered: {', '.join(TRAINERS.names())}; a "
+                         f"package adds one through the entry-point group {ENTRY_POINTS!r})") from None
 
 
 def validate_trainer(value: Any) -> Any:
@@ -188,11 +173,10 @@ def validate_trainer(value: Any) -> Any:
     if not isinstance(kind, str):
         raise ValueError("trainer.kind is required (local, verl, or a backend a package registers)")
     options = trainer_options(kind)
-    if any(key not in options.model_fields for key in value):
-        _load_all()
     kept = dict(value)
+    registered = TRAINERS.items() if any(key not in options.model_fields for key in value) else []
     for key in value:
-        others = [c for c in TRAINER_OPTIONS.values() if key in c.model_fields and key not in options.model_fields]
+        others = [c for _, c in registered if key in c.model_fields and key not in options.model_fields]
         if not others:
             continue
         if all(value[key] == c.model_fields[key].default for c in others):
@@ -200,7 +184,7 @@ def validate_trainer(value: Any) -> Any:
             # defaults in a local trainer's config: read them as they were meant (ignored), so --resume works
             del kept[key]
             continue
-        names = ", ".join(k for k, c in TRAINER_OPTIONS.items() if c in others)
+        names = ", ".join(k for k, c in registered if c in others)
         raise ValueError(f"trainer.{key} is an option of trainer={names}, not of trainer={kind} (remove it, or "
                          f"choose trainer={names.split(', ')[0]})")
     return options.model_validate(kept)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from forge_cli.config.compose import compose
-from forge_cli.config.training import TRAINER_OPTIONS, LocalTrainerConfig
+from forge_cli.config.training import TRAINERS, LocalTrainerConfig
 from forge_cli.train.verl.options import VerlTrainerConfig
 from tests.helpers import forge
 
@@ -45,7 +45,7 @@ def test_each_backend_has_its_own_options() -> None:
     assert isinstance(local.trainer, LocalTrainerConfig) and isinstance(verl.trainer, VerlTrainerConfig)
     assert "n_gpus_per_node" not in LocalTrainerConfig.model_fields  # no veRL-only field in the local trainer's
     assert verl.model_dump(mode="json")["trainer"]["n_gpus_per_node"] == 2  # the backend's own fields are kept
-    assert {"local", "verl"} <= set(TRAINER_OPTIONS)
+    assert {"local", "verl"} <= set(TRAINERS)
 
 
 def test_a_package_adds_a_trainer_backend(tmp_path: Path) -> None:
