@@ -221,6 +221,9 @@ def run_repeat(runner: Runner, args: argparse.Namespace, r: int) -> dict[str, St
     stages = {"before": runner.run(f"r{r}-before", evaluate[0], evaluate[1:], "eval.json")}
     stages["train"] = runner.run(f"r{r}-train", train[0], [*train[1:], f"trainer.learning_rate={args.learning_rate}"],
                                  "summary.json")
+    # a run resumed across starts: its own steps' times, not only the last start's (the control's budget and the
+    # reported wall time)
+    stages["train"].wall_s = max(stages["train"].wall_s, 60 * training_minutes(stages["train"]))
     stages["after"] = runner.run(f"r{r}-after", evaluate[0], [*evaluate[1:], *model(stages["train"])], "eval.json")
     if args.control == "train":
         stages["control-train"] = runner.run(f"r{r}-control-train", train[0], [*train[1:], "trainer.learning_rate=0"],
@@ -239,6 +242,20 @@ def run_repeat(runner: Runner, args: argparse.Namespace, r: int) -> dict[str, St
                                        [*evaluate[1:], f"model.path={stages['control-train'].summary['best']}"],
                                        "eval.json")
     return stages
+
+
+def training_minutes(stage: Stage) -> float:
+    """The RL run's training time in minutes: the sum of its steps' own times (``step_s`` in metrics.jsonl: rollouts,
+    update and weight sync, each step once), so that a run resumed across sessions counts every step and not only
+    the last invocation's wall time (what ``stage.wall_s`` holds then); that wall time when no step recorded one."""
+    metrics = stage.run_dir / "metrics.jsonl" if stage.run_dir is not None else None
+    steps: dict[int, float] = {}
+    if metrics is not None and metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line)
+            if isinstance(row.get("step"), int) and isinstance(row.get("step_s"), int | float):
+                steps[row["step"]] = float(row["step_s"])  # a step written again after a resume: its last time
+    return sum(steps.values()) / 60 if steps else stage.wall_s / 60
 
 
 def sft_repeat(runner: Runner, args: argparse.Namespace, r: int, evaluate: list[str]) -> dict[str, Stage]:
