@@ -36,8 +36,10 @@ class Registry(Generic[T]):
     (None: plugins are functions), the entry-point group ``group`` and the glob ``own`` of forge's own plugin
     modules (relative to forge_cli)."""
 
-    def __init__(self, what: str, base: type | None, group: str, own: str = "") -> None:
-        self.what, self.base, self.group, self.own = what, base, group, own
+    def __init__(self, what: str, base: type | None, group: str, own: str = "", instances: bool = False) -> None:
+        self.what, self.base, self.group, self.own, self.instances = what, base, group, own, instances
+        # how many plugins were added so far: a caller that derives tables from the registry rebuilds them on change
+        self.version = 0
         self._classes: dict[str, T] = {}
         self._errors: dict[str, str] = {}
         self._loaded = False
@@ -49,6 +51,7 @@ class Registry(Generic[T]):
         """Register ``cls`` as ``name`` (the base's ``__init_subclass__`` calls this); a later class of the same
         name replaces the earlier one (a module imported again, a test's redefinition)."""
         self._classes[name] = cls
+        self.version += 1
 
     def registered(self, name: str) -> T | None:
         """The plugin registered as ``name`` now, without loading anything (None: none)."""
@@ -57,6 +60,7 @@ class Registry(Generic[T]):
     def remove(self, name: str) -> None:
         """Unregister ``name`` (a test's own plugin, after the test)."""
         self._classes.pop(name, None)
+        self.version += 1
 
     def load_all(self) -> None:
         """Import forge's own plugin modules and load the group's entry points (once; a failure is kept by name)."""
@@ -68,6 +72,8 @@ class Registry(Generic[T]):
     def _load(self) -> None:
         if self.own:
             for path in sorted(_PACKAGE.glob(self.own)):
+                if path.name.startswith("_"):
+                    continue  # a package's __init__ (imported with the package) or a private module
                 parts = path.relative_to(_PACKAGE).with_suffix("").parts
                 module = ".".join(("forge_cli", *parts))
                 try:
@@ -83,7 +89,7 @@ class Registry(Generic[T]):
                 self._errors[point.name] = f"{type(exc).__name__}: {exc}"
                 continue
             if self._accepts(loaded) and point.name not in self._classes:
-                self._classes[point.name] = loaded
+                self.add(point.name, loaded)
 
     def get(self, name: str) -> T:
         """The class registered as ``name`` (see the module docstring for where it is looked for)."""
@@ -95,7 +101,8 @@ class Registry(Generic[T]):
             return self._dotted(name)
         why = self._errors.get(name) or "; ".join(f"{where} failed to load: {error}" for where, error in
                                                   self._errors.items())
-        own = "pkg.module:Class" if self.base is not None else "pkg.module:function"
+        own = "pkg.module:function" if self.base is None else "pkg.module:NAME" if self.instances else \
+            "pkg.module:Class"
         raise ValueError(f"unknown {self.what} {name!r}" + (f" ({why})" if why else "")
                          + f" (registered: {', '.join(self.names()) or 'none'}; a package adds one through the "
                          f"entry-point group {self.group!r}, or give your own as {own})")
@@ -126,10 +133,13 @@ class Registry(Generic[T]):
             raise ValueError(f"cannot import {self.what} {name!r} ({type(exc).__name__}: {exc})") from None
         if self._accepts(obj):
             return obj
-        what = f"a subclass of {self.base.__name__}" if self.base is not None else "a function"
+        what = "a function" if self.base is None else f"a {self.base.__name__}" if self.instances else \
+            f"a subclass of {self.base.__name__}"
         raise ValueError(f"{name!r} is not a {self.what} ({what})")
 
     def _accepts(self, obj: object) -> bool:
         if self.base is None:
             return callable(obj)
+        if self.instances:
+            return isinstance(obj, self.base)
         return isinstance(obj, type) and issubclass(obj, self.base)

@@ -29,8 +29,9 @@ from forge_cli.proxy.client import ProxyClient
 
 # forge's package, wherever it is installed (a checkout, or site-packages from a wheel)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-# the subpackages the mitmproxy child imports (main.py, the addon, the store writer); stdlib + mitmproxy only
-CHILD_SUBPACKAGES = ("proxy", "traces")
+# what the mitmproxy child imports of forge (main.py, the addon, the store writer; the plugin registry its wire formats
+# use): stdlib + mitmproxy only
+CHILD_SUBPACKAGES = ("proxy", "traces", "plugins.py")
 
 
 def mitmdump_path() -> Path:

@@ -199,7 +199,8 @@ def test_fuzz_module_is_a_library(tmp_path: Path) -> None:
 
 def test_writer_binds_values_of_any_type(tmp_path: Path) -> None:
     """A client's ``"model": [1]`` or a lone surrogate once made every later commit fail and the writer exit."""
-    from forge_cli.traces import frames, store, writer
+    from forge_cli.proxy import writer
+    from forge_cli.traces import frames, store
 
     conn = store.open_store(tmp_path / "t.sqlite")
     base = {"type": "call", "rollout_id": "r", "wire_format": "chat", "status": "ok", "http_status": 200}

@@ -107,7 +107,7 @@ def test_wheel_install_proxy_starts_records_and_child_sees_only_proxy_packages(
         assert root == child_cwd == _environ(writer)["PYTHONPATH"] == os.readlink(f"/proc/{writer}/cwd")
         assert Path(root).is_relative_to(home)
         assert sorted(p.name for p in (Path(root) / "forge_cli").iterdir() if p.name != "__pycache__") == [
-            "__init__.py", "proxy", "traces"]
+            "__init__.py", "plugins.py", "proxy", "traces"]  # plugins.py: the registry the wire formats use
         mitm_python = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].decode()
         probe = json.loads(_run([mitm_python, "-c", CHILD_PROBE], cwd=child_cwd, env=child_env).stdout)
     finally:

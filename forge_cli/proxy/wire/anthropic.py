@@ -20,6 +20,7 @@ from forge_cli.proxy.wire.base import (
     WireFormat,
     anthropic_error,
     load_object,
+    register_wire_format,
     translate_answer,
 )
 from forge_cli.proxy.wire.decode import TranslatedStream
@@ -273,5 +274,6 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
     return result
 
 
-FORMAT = WireFormat(name="anthropic", paths=("/v1/messages", "/messages"), prepare=prepare, client_body=client_body,
-                    client_stream=ClientStream, assemble=assemble, error=anthropic_error, reshapes_errors=True)
+FORMAT = register_wire_format(WireFormat(
+    name="anthropic", paths=("/v1/messages", "/messages"), prepare=prepare, client_body=client_body,
+    client_stream=ClientStream, assemble=assemble, error=anthropic_error, reshapes_errors=True))

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from forge_cli.plugins import Registry
+
 
 class BadRequest(Exception):
     """The client's request cannot be served as sent (answered with a 4xx, never forwarded)."""
@@ -149,8 +151,9 @@ class WireFormat:
     one that cannot be served); ``client_body`` turns a non-streamed upstream answer into the client's answer,
     ``client_stream`` makes the per-call transformer of a streamed one; ``assemble`` (in the writer process) turns
     the upstream's bytes into the record: the client's view plus token ids, logprobs and finish reason; ``error``
-    is the format's error body. A new format is one module ending in its ``FORMAT = WireFormat(...)`` plus its line
-    in the registry.
+    is the format's error body. A new format is one module ending in ``FORMAT = register_wire_format(WireFormat(...))``
+    (forge's own in this package are found where they live; a package's through the entry-point group
+    ``forge.wire_formats``, installed where the proxy runs); ``forge_cli.testing.wire`` is its conformance kit.
     """
 
     name: str
@@ -163,3 +166,14 @@ class WireFormat:
     reshapes_errors: bool  # upstream error bodies always rewritten into ``error``'s shape (they are OpenAI's)
     matches: Callable[[str], bool] | None = None  # client paths served beyond ``paths`` (Gemini's model paths)
     upstream_path: str = "/v1/chat/completions"
+
+
+# every wire format by name, the name records carry in ``wire_format`` (``registry.FORMATS`` reads it)
+WIRE_FORMATS: Registry[WireFormat] = Registry("wire format", WireFormat, "forge.wire_formats", own="proxy/wire/*.py",
+                                              instances=True)
+
+
+def register_wire_format(fmt: WireFormat) -> WireFormat:
+    """Register ``fmt`` under its name (a module's ``FORMAT = register_wire_format(WireFormat(...))``)."""
+    WIRE_FORMATS.add(fmt.name, fmt)
+    return fmt

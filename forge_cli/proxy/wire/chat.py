@@ -18,6 +18,7 @@ from forge_cli.proxy.wire.base import (
     load_object,
     logprob,
     openai_error,
+    register_wire_format,
 )
 from forge_cli.proxy.wire.decode import ChatStreamDecoder
 
@@ -260,6 +261,6 @@ def assemble_stream(events: list[bytes], prep: Prepared) -> Assembled:
     return result
 
 
-FORMAT = WireFormat(name="chat", paths=("/v1/chat/completions", "/chat/completions"), prepare=prepare,
-                    client_body=client_body, client_stream=ClientStream, assemble=assemble, error=openai_error,
-                    reshapes_errors=False)
+FORMAT = register_wire_format(WireFormat(
+    name="chat", paths=("/v1/chat/completions", "/chat/completions"), prepare=prepare, client_body=client_body,
+    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False))

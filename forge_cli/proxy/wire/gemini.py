@@ -26,6 +26,7 @@ from forge_cli.proxy.wire.base import (
     gemini_error,
     load_object,
     logprob,
+    register_wire_format,
     translate_answer,
 )
 from forge_cli.proxy.wire.decode import TranslatedStream
@@ -372,5 +373,6 @@ def _matches(path: str) -> bool:
     return ":" in path and GEMINI_PATH.match(path) is not None
 
 
-FORMAT = WireFormat(name="gemini", paths=(), prepare=prepare, client_body=client_body, client_stream=ClientStream,
-                    assemble=assemble, error=gemini_error, reshapes_errors=True, matches=_matches)
+FORMAT = register_wire_format(WireFormat(
+    name="gemini", paths=(), prepare=prepare, client_body=client_body, client_stream=ClientStream, assemble=assemble,
+    error=gemini_error, reshapes_errors=True, matches=_matches))

@@ -22,6 +22,7 @@ from forge_cli.proxy.wire.base import (
     WireFormat,
     load_object,
     openai_error,
+    register_wire_format,
     translate_answer,
 )
 from forge_cli.proxy.wire.decode import TranslatedStream
@@ -466,5 +467,6 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
     return result
 
 
-FORMAT = WireFormat(name="responses", paths=("/v1/responses", "/responses"), prepare=prepare, client_body=client_body,
-                    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False)
+FORMAT = register_wire_format(WireFormat(
+    name="responses", paths=("/v1/responses", "/responses"), prepare=prepare, client_body=client_body,
+    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False))
