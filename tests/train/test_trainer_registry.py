@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from forge_cli.config.compose import compose
 from forge_cli.config.training import TRAINERS, LocalTrainerConfig
+from forge_cli.testing.trainer import check_trainer
 from forge_cli.train.verl.options import VerlTrainerConfig
 from tests.helpers import forge
 
@@ -76,3 +79,51 @@ def test_a_local_config_written_before_the_split_still_reads() -> None:
     data["trainer"].update(n_gpus_per_node=1, nnodes=1, strategy="fsdp", ray_address=None)
     exp = Experiment.model_validate(data)
     assert isinstance(exp.trainer, LocalTrainerConfig) and "nnodes" not in exp.model_dump()["trainer"]
+
+
+DEFECTS = {
+    "without a default": ("    toy_rounds: int = 3", "    toy_rounds: int"),
+    "does not take forge train's arguments": ("def run(exp, data, *, fitted, context_note, resume, dry_run, as_json):",
+                                              "def run(exp, data):"),
+    "does not import": ('runner: ClassVar[str] = "toy_trainer:run"', 'runner: ClassVar[str] = "toy_trainer:nope"'),
+}
+
+
+def _in_process(tmp_path: Path, source: str) -> None:
+    """The toy backend imported here (registered as ``toy`` on definition), from a module of its own."""
+    import importlib
+    import sys
+
+    (tmp_path / "toy_trainer.py").write_text(source)
+    sys.modules.pop("toy_trainer", None)
+    importlib.invalidate_caches()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module("toy_trainer")
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["local", "verl"])
+def test_forges_backends_pass_the_kit(kind: str) -> None:
+    assert check_trainer(kind) == []
+
+
+def test_a_packages_backend_passes_the_kit(tmp_path: Path) -> None:
+    try:
+        _in_process(tmp_path, PLUGIN)
+        assert check_trainer("toy") == []
+    finally:
+        TRAINERS.remove("toy")
+
+
+@pytest.mark.parametrize("defect", sorted(DEFECTS))
+def test_the_kit_fails_a_backend_with_one_planted_defect(defect: str, tmp_path: Path) -> None:
+    good, bad = DEFECTS[defect]
+    assert good in PLUGIN
+    try:
+        _in_process(tmp_path, PLUGIN.replace(good, bad))
+        problems = check_trainer("toy")
+    finally:
+        TRAINERS.remove("toy")
+    assert any(defect in p for p in problems), problems
