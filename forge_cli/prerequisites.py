@@ -9,10 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from forge_cli.browser import playwright_mcp
+from forge_cli.browser.chromium import chromium_path
 from forge_cli.check import Check, dist_version, version_tuple
 from forge_cli.config.schema import DockerRuntime, Experiment, KubernetesRuntime, OpenAICompatibleModel, VllmModel
+from forge_cli.desktop.osworld_env import INSTALL
+from forge_cli.errors import UserError
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
-from forge_cli.paths import env_dir
+from forge_cli.paths import env_dir, env_python
+from forge_cli.runtime import isolation
 
 
 def check_python() -> Check:
@@ -98,7 +103,6 @@ def check_runtime(exp: Experiment) -> list[Check]:
         ok = wanted in names
         return [Check("kube context", ok, f"{wanted}" if ok else f"'{wanted}' not in {names}",
                       "" if ok else f"runtime.context=<one of {', '.join(names)}>")]
-    from forge_cli.runtime import isolation
 
     mode = getattr(rt, "isolation", "auto")
     found = isolation.probe()
@@ -145,10 +149,7 @@ def check_harness(exp: Experiment) -> list[Check]:
 
 def check_browser(exp: Experiment) -> list[Check]:
     """Web envs (``env=miniwob``, ``webvoyager``, ``mind2web``): Chromium and the pinned @playwright/mcp."""
-    from forge_cli.browser import playwright_mcp
-    from forge_cli.browser.chromium import chromium_path
     from forge_cli.envs.source import source_class
-    from forge_cli.errors import UserError
 
     try:
         if not getattr(source_class(exp.env.source), "needs_browser", False):
@@ -171,8 +172,6 @@ def check_desktop(exp: Experiment) -> list[Check]:
     if exp.env.source != "osworld":
         return []
     from forge_cli.desktop.container import BUILD_COMMAND, DesktopError, has_image
-    from forge_cli.desktop.osworld_env import INSTALL
-    from forge_cli.paths import env_python
 
     python = env_python("osworld")
     checks = [Check("OSWorld's desktop_env", python.is_file(), str(python) if python.is_file() else "not installed",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from forge_cli.browser import playwright_mcp
+from forge_cli.browser.chromium import chromium_path
 from forge_cli.errors import UserError
 
 
@@ -18,8 +20,6 @@ def ensure_browser(env_name: str, runtime_kind: str, log: Callable[[str], None])
     """UserError exit 2 on Kubernetes (``check_browser_runtime``), exit 1 without Chromium; installs the pinned
     @playwright/mcp when it is missing (exit 1 when npm cannot)."""
     check_browser_runtime(env_name, runtime_kind)
-    from forge_cli.browser import playwright_mcp
-    from forge_cli.browser.chromium import chromium_path
 
     chromium_path()
     if playwright_mcp.manifest() is None:

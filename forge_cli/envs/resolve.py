@@ -24,6 +24,7 @@ from forge_cli.config.compose import MISSING, Composed, compose
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.source import source_class
 from forge_cli.errors import ConfigError
+from forge_cli.proxy.wire import FORMATS
 
 
 def judge_into_env(data: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +78,6 @@ def env_problems(data: dict[str, Any]) -> list[str]:
 def harness_problems(data: dict[str, Any]) -> list[str]:
     """``harness.wire_api`` names a wire format the capture proxy serves (forge_cli/proxy/wire)."""
     from forge_cli.config.schema import WIRE_API_ALIASES
-    from forge_cli.proxy.wire import FORMATS
 
     harness = data.get("harness")
     wire = harness.get("wire_api") if isinstance(harness, dict) else None

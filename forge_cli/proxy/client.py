@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.errors import UserError
+from forge_cli.traces import store
 
 # rows per page when pulling a rollout's records (each row holds its request and response bodies)
 PAGE_ROWS = 64
@@ -124,7 +125,6 @@ class RemoteProxy(ProxyClient):
 
     def pull(self, rollout_id: str, info: dict[str, Any] | None = None) -> int:
         """Copy the rollout's rows into the run's store (replacing any copied before); returns how many."""
-        from forge_cli.traces import store
 
         rows: list[tuple[Any, ...]] = []
         after: int | None = 0

@@ -28,6 +28,8 @@ from forge_cli.proxy import auth
 from forge_cli.proxy.metrics import Metrics
 from forge_cli.proxy.sink import RecordSink
 from forge_cli.proxy.state import Registry
+from forge_cli.traces import store
+from forge_cli.traces.store import CALL_FIELDS
 
 PREFIX = "/forge/v1/"
 JSON = "application/json"
@@ -151,7 +153,6 @@ class Control:
             return _error(503, "the store writer has not committed this rollout's calls yet")
 
         def read() -> tuple[list[tuple[Any, ...]], int | None]:
-            from forge_cli.traces import store
 
             conn = store.open_store(self.store_path, readonly=True)
             try:
@@ -159,7 +160,6 @@ class Control:
             finally:
                 conn.close()
 
-        from forge_cli.traces.store import CALL_FIELDS
 
         rows, cursor = await asyncio.to_thread(read)
         return _json(200, {"rollout_id": rollout_id, "columns": list(CALL_FIELDS), "rows": rows, "next": cursor})
@@ -169,7 +169,6 @@ class Control:
             return _error(503, "the store writer has not committed its records yet")
 
         def read() -> tuple[str, bytes] | None:
-            from forge_cli.traces import store
 
             conn = store.open_store(self.store_path, readonly=True)
             try:
@@ -187,7 +186,6 @@ class Control:
             return _error(503, "the store writer has not committed this rollout's calls yet")
 
         def read() -> list[dict[str, Any]]:
-            from forge_cli.traces import store
 
             conn = store.open_store(self.store_path, readonly=True)
             try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from forge_cli.proxy.client import ProxyUnreachable, RemoteProxy
 from forge_cli.runtime.spec import ProxyEndpoint
+from forge_cli.traces import store
 
 
 @dataclass
@@ -145,7 +146,6 @@ class ShardedProxy:
 
 def copy_rows(source: Path, target: Path, rollout_id: str) -> int:
     """The rollout's rows of a local store file copied into ``target`` (replacing any copied before)."""
-    from forge_cli.traces import store
 
     src = store.open_store(source, readonly=True)
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from forge_cli.errors import UserError
 from forge_cli.rollout.result import RolloutResult
 from forge_cli.traces.record import CallRecord
+from forge_cli.traces.store import iter_calls, open_store, resolve_record
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,6 @@ def read_results(run_dir: Path) -> list[RolloutResult]:
 
 def read_run(run_dir: Path, step: int | None = None) -> Iterator[RunRollout]:
     """The run's rollouts (of batch ``step`` only, when given) with their calls from the trace store."""
-    from forge_cli.traces.store import iter_calls, open_store, resolve_record
 
     if not (run_dir / "results.jsonl").is_file():
         raise UserError(f"{run_dir} is not a run directory (no results.jsonl)", exit_code=2)

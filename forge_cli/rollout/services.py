@@ -10,6 +10,7 @@ from typing import Any
 
 from forge_cli.config.schema import Experiment, OpenAICompatibleModel
 from forge_cli.errors import UserError
+from forge_cli.ports import bindable
 from forge_cli.rollout.spec import proxy_endpoint
 from forge_cli.runtime.spec import ProxyEndpoint
 
@@ -169,7 +170,6 @@ def _port_free(host: str, port: int) -> bool:
     """Whether the proxy could listen on ``host:port`` (bound as the proxy binds: see :mod:`forge_cli.ports`)."""
     import socket
 
-    from forge_cli.ports import bindable
 
     try:
         return bindable(host, port)

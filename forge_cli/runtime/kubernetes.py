@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from forge_cli.config.schema import KubernetesRuntime
+from forge_cli.errors import UserError
 from forge_cli.runtime.base import (
     SandboxConfigError,
     SandboxError,
@@ -177,7 +178,6 @@ class KubernetesSandbox(ContainerSandbox):
         # pod call a 401) and never see their records; proxy.url lists every replica, in order, so that a rollout
         # registered on replica i is sent to replica i
         from forge_cli.config.schema import upstream_urls
-        from forge_cli.errors import UserError
 
         hosts = [replica_host(runtime, i) for i in range(runtime.proxy_replicas)]
         if proxy_url is None:
@@ -214,7 +214,6 @@ class KubernetesSandbox(ContainerSandbox):
     def check_tool_server(cls, runtime: Any, advertise_host: str) -> None:
         # the NetworkPolicy lets pods reach only the proxy replicas and the in-cluster controller's tool server
         if advertise_host != tools_host(runtime):
-            from forge_cli.errors import UserError
 
             raise UserError(
                 f"runtime=kubernetes: these tasks have tools, served by forge's tool server, which the pods reach only "

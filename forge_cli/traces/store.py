@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from forge_cli.traces.blobs import refs, resolve
 from forge_cli.traces.record import COLUMNS, CallRecord
 
 _CALLS = "CREATE TABLE IF NOT EXISTS calls (" + ", ".join(f"{n} {t}" for n, t, _ in COLUMNS) + ")"
@@ -57,7 +58,6 @@ def insert_blobs(conn: sqlite3.Connection, blobs: dict[str, tuple[str, bytes]]) 
 
 def row_blob_refs(rows: list[tuple[Any, ...]]) -> set[str]:
     """The blobs raw ``calls`` rows (``CALL_FIELDS`` order) reference."""
-    from forge_cli.traces.blobs import refs
 
     columns = [CALL_FIELDS.index("request"), CALL_FIELDS.index("upstream_request")]
     return {d for row in rows for i in columns for d in refs(row[i] if isinstance(row[i], str) else None)}
@@ -74,7 +74,6 @@ def get_blob(conn: sqlite3.Connection, digest: str) -> tuple[str, bytes] | None:
 
 def resolve_record(conn: sqlite3.Connection, record: CallRecord) -> CallRecord:
     """The record with its requests' image references replaced by the images (as the client sent them)."""
-    from forge_cli.traces.blobs import resolve
 
     def lookup(digest: str) -> bytes | None:
         found = get_blob(conn, digest)

@@ -17,6 +17,7 @@ import abc
 from pathlib import Path
 from typing import Any, ClassVar
 
+from forge_cli.errors import UserError
 from forge_cli.train.sample import Sample
 
 BACKENDS: dict[str, type[TrainerBackend]] = {}
@@ -25,7 +26,6 @@ BACKENDS: dict[str, type[TrainerBackend]] = {}
 def backend_class(kind: str) -> type[TrainerBackend]:
     """The backend registered as ``kind``; UserError (exit 2) for one forge's loop cannot run."""
     import forge_cli.train.local  # noqa: F401  (registers the local trainer)
-    from forge_cli.errors import UserError
 
     if kind not in BACKENDS:
         raise UserError(f"trainer '{kind}' is not a forge trainer backend here",

@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from forge_cli.config.schema import AlgoConfig, TrainerConfig
+from forge_cli.errors import UserError
+from forge_cli.train import lora
 from forge_cli.train.backend import TrainerBackend
-from forge_cli.train.prefix import shared_length
+from forge_cli.train.prefix import MIN_SHARED, common_prefix, shared_length
 from forge_cli.train.sample import Sample
 
 if TYPE_CHECKING:
@@ -74,7 +76,6 @@ def pack(samples: list[Sample], max_tokens: int, share: bool = False) -> list[li
     """Consecutive micro-batches whose size stays within ``max_tokens``: rows x longest row after padding, or with
     ``share`` (``forge_cli/train/prefix.py``) their shared prefix once plus rows x longest suffix; a sample longer
     than that is a micro-batch of its own."""
-    from forge_cli.train.prefix import MIN_SHARED, common_prefix
 
     batches: list[list[Sample]] = []
     current: list[Sample] = []
@@ -148,7 +149,6 @@ class LocalTrainer(TrainerBackend, kind="local"):
         """The policy from ``directory`` (a full HF directory, or a LoRA checkpoint on its base): the full model,
         or with ``trainer.lora`` the base wrapped with LoRA adapters (fresh, or those saved in ``directory``)."""
         from forge_cli.serve.adapter import is_adapter_dir
-        from forge_cli.train import lora
 
         adapter = is_adapter_dir(directory)
         model: Any = load_model(lora.base_directory(directory))
@@ -430,7 +430,6 @@ class LocalTrainer(TrainerBackend, kind="local"):
 
         import torch
 
-        from forge_cli.errors import UserError
         from forge_cli.serve.adapter import is_adapter_dir
 
         if is_adapter_dir(directory) != (self.trainer.lora is not None):

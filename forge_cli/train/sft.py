@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from forge_cli.errors import UserError
+from forge_cli.rollout.reader import read_run
 from forge_cli.traces.record import CallRecord
+from forge_cli.train.sample import Sample
 
 
 class SftError(UserError):
@@ -168,7 +170,6 @@ def export_sft(run_dir: Path, out: Path, model_dir: Path, min_reward: float) -> 
     import pyarrow as pa  # type: ignore[import-untyped,unused-ignore]
     import pyarrow.parquet as pq  # type: ignore[import-untyped,unused-ignore]
 
-    from forge_cli.rollout.reader import read_run
 
     tokenizer = load_student_tokenizer(model_dir)
     rows: list[dict[str, Any]] = []
@@ -195,7 +196,6 @@ def as_samples(sequences: Iterable[SftSequence]) -> list[Any]:
     """The sequences as the trainers' ``Sample``: the context before the first loss token as the prompt, the rest
     as the response with its loss mask (each sequence its own group; no rollout logprobs: a teacher's tokens were
     never sampled by the student)."""
-    from forge_cli.train.sample import Sample
 
     out = []
     for n, seq in enumerate(sequences):

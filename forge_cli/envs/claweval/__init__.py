@@ -45,6 +45,7 @@ from forge_cli.envs.source import Log, Purpose, SetupError, TaskSource
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, Verifier, VerifierError, VerifyContext
 from forge_cli.errors import UserError
+from forge_cli.paths import forge_home
 from forge_cli.tools.spec import HttpBackendSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -118,7 +119,6 @@ def why_unsupported(task: dict[str, Any], task_dir: Path, judge: bool) -> str | 
 
 def managed_python(checkout: Path, log: Log | None = None) -> str:
     """forge's Claw-Eval environment for ``checkout`` (made once): a venv with ``pip install <checkout>[mock]``."""
-    from forge_cli.paths import forge_home
 
     key = hashlib.sha256(str(checkout).encode() + (checkout / "pyproject.toml").read_bytes()).hexdigest()[:12]
     venv = forge_home() / "envs" / f"claweval-{key}"

@@ -22,7 +22,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from forge_cli.desktop import osworld_env
 from forge_cli.desktop.actions import DESKTOP_TOOLS
+from forge_cli.envs.osworld.needs import unmet_needs
 from forge_cli.envs.source import Log, Purpose, TaskSource
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, Verifier, VerifierError, VerifyContext
@@ -102,7 +104,6 @@ class OSWorldSource(TaskSource, name="osworld"):
         return DEFAULT_SPLIT if DEFAULT_SPLIT in splits else (splits[0] if splits else None)
 
     def load(self, split: str | None) -> list[Task]:
-        from forge_cli.envs.osworld.needs import unmet_needs
 
         split = split or self.default_split("eval")
         if split is None:
@@ -138,9 +139,8 @@ class OSWorldSource(TaskSource, name="osworld"):
 
     @property
     def cache_dir(self) -> Path:
-        from forge_cli.desktop.osworld_env import default_cache_dir
 
-        return Path(self.options.cache_dir).expanduser() if self.options.cache_dir else default_cache_dir()
+        return Path(self.options.cache_dir).expanduser() if self.options.cache_dir else osworld_env.default_cache_dir()
 
     def _task(self, raw: dict[str, Any], domain: str) -> Task:
         o = self.options
@@ -166,10 +166,9 @@ class OSWorldSource(TaskSource, name="osworld"):
     def build(self, tasks: list[Task], runtime_kind: str, log: Log) -> None:
         """The desktop image and OSWorld's environment must be there (exit 1 with the command that makes them)."""
         from forge_cli.desktop.container import BUILD_COMMAND, DesktopError, has_image
-        from forge_cli.desktop.osworld_env import osworld_python
 
         self.check_runtime(runtime_kind)
-        osworld_python()
+        osworld_env.osworld_python()
         try:
             present = has_image(self.options.desktop_image)
         except DesktopError as exc:

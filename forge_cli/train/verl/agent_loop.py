@@ -60,6 +60,8 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
 from forge_cli.procs import lives_with_process
+from forge_cli.rollout.reader import RunRollout
+from forge_cli.traces.store import iter_calls, open_store
 from forge_cli.train.verl.convert import convert, to_agent_loop_outputs
 from forge_cli.train.verl.counters import WorkerCounters
 
@@ -170,9 +172,7 @@ class ForgeHarnessAgentLoop(AgentLoopBase):
             return _RUNTIME
 
     async def run(self, sampling_params: dict[str, Any], **fields: Any) -> list[Any]:
-        from forge_cli.rollout.reader import RunRollout
         from forge_cli.rollout.runner import run_rollout
-        from forge_cli.traces.store import iter_calls, open_store
         from forge_cli.train.samples import build_samples
         from forge_cli.train.step import shape_overlong
 
