@@ -12,7 +12,8 @@ is a recorder of the puts, as veRL's own CPU tests fake it. The harness is forge
 The rows are then checked here against the capture proxy's records of the same rollouts: each row's prompt and
 response tokens are a contiguous stretch of its rollout's recorded token stream, the response mask is 1 exactly
 on sampled tokens (every call's completion, once, in order), the reward sits on the last token, and a rollout
-longer than ``trainer.max_seq_len`` gives several rows under one uid.
+longer than ``trainer.max_seq_len`` gives several rows under one uid. (A row is a stretch of the stream of the call
+that ends it: a rollout whose prompts stop extending one another has several segments.)
 """
 
 from __future__ import annotations
@@ -139,17 +140,22 @@ def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: Pol
         assert uid == row["uid"] == "u0"  # every row of every session under the prompt's uid
         by_session.setdefault(session, []).append(row)
     assert len(by_session) == 2
-    streams = {rid: calls[-1]["prompt_token_ids"] + calls[-1]["completion_token_ids"] for rid, calls in records.items()}
+    # each call's recorded stream (its prompt then its completion); a rollout whose prompts stop extending one another
+    # (an answer cut at max_tokens that the harness sends back differently) starts a new segment, so a row is a
+    # stretch of the stream of the call that ends it, not necessarily of the last call's
+    streams = {rid: [c["prompt_token_ids"] + c["completion_token_ids"] for c in calls]
+               for rid, calls in records.items()}
     for rows in by_session.values():
-        # the rollout these rows came from: the one whose recorded stream holds the first row
+        # the rollout these rows came from: the one whose recorded streams hold the first row
         first = rows[0]["prompts"] + rows[0]["responses"]
-        rid = next(r for r, s in streams.items() if _stretch(first, s) >= 0)
-        calls, stream = records[rid], streams[rid]
+        rid = next(r for r, ss in streams.items() if any(_stretch(first, s) >= 0 for s in ss))
+        calls = records[rid]
         sampled: list[int] = []
         for row in rows:
             full = row["prompts"] + row["responses"]
             assert row["input_ids"] == full
-            assert _stretch(full, stream) >= 0, "a row that is not a stretch of the recorded tokens"
+            assert any(_stretch(full, s) >= 0 for s in streams[rid]), \
+                "a row that is not a stretch of the recorded tokens"
             mask = row["response_mask"]
             assert len(mask) == len(row["responses"]) == len(row["rollout_log_probs"])
             sampled += [t for t, m in zip(row["responses"], mask, strict=True) if m]
