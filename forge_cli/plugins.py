@@ -43,6 +43,7 @@ class Registry(Generic[T]):
         self._classes: dict[str, T] = {}
         self._errors: dict[str, str] = {}
         self._loaded = False
+        self._own_loaded = False
         # lookups come from several threads at once (the tool server registers rollouts in parallel): the first
         # loads, the others wait for it; re-entrant, as a plugin module's import may look a name up itself
         self._lock = threading.RLock()
@@ -65,11 +66,17 @@ class Registry(Generic[T]):
     def load_all(self) -> None:
         """Import forge's own plugin modules and load the group's entry points (once; a failure is kept by name)."""
         with self._lock:
+            self._load_own()
             if not self._loaded:
                 self._loaded = True
-                self._load()
+                self._load_entry_points()
 
-    def _load(self) -> None:
+    def _load_own(self) -> None:
+        """forge's own plugin modules (once): a name found there needs no scan of the installed distributions'
+        entry points (tens of milliseconds on every command's start otherwise)."""
+        if self._own_loaded:
+            return
+        self._own_loaded = True
         if self.own:
             for path in sorted(_PACKAGE.glob(self.own)):
                 if path.name.startswith("_"):
@@ -80,6 +87,8 @@ class Registry(Generic[T]):
                     importlib.import_module(module)
                 except Exception as exc:  # an optional dependency missing: that plugin only is unavailable
                     self._errors[module] = f"{type(exc).__name__}: {exc}"
+
+    def _load_entry_points(self) -> None:
         for point in entry_points(group=self.group):
             if point.name in self._classes:
                 continue
@@ -93,6 +102,9 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The class registered as ``name`` (see the module docstring for where it is looked for)."""
+        if name not in self._classes:
+            with self._lock:
+                self._load_own()
         if name not in self._classes:
             self.load_all()
         if name in self._classes:
@@ -118,6 +130,9 @@ class Registry(Generic[T]):
         return sorted(self._classes.items(), key=lambda item: item[0])
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._classes:
+            with self._lock:
+                self._load_own()
         if name not in self._classes:
             self.load_all()
         return name in self._classes
