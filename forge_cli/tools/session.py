@@ -11,9 +11,10 @@ are forge's.
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from forge_cli.plugins import Registry
 
@@ -28,7 +29,7 @@ class Outcome:
     images: tuple[tuple[str, str], ...] = ()
 
 
-class ToolSession:
+class ToolSession(abc.ABC):
     """One rollout's instance of a tool backend that has a lifetime.
 
     Made with the task's ``tool_state.<kind>`` (``setup``), the directory for the rollout's logs (None: keep none)
@@ -52,19 +53,65 @@ class ToolSession:
     def __init__(self, setup: dict[str, Any], log_dir: Path | None, rollout_id: str) -> None:
         self.setup, self.log_dir, self.rollout_id = setup, log_dir, rollout_id
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 (a session with nothing to start keeps this one)
         """Bring the backend up for this rollout (before the harness starts)."""
 
+    @abc.abstractmethod
     async def call(self, name: str, arguments: dict[str, Any]) -> Outcome:
         """Run tool ``name`` (already validated against its input schema) and return what the agent sees."""
-        raise NotImplementedError
 
     async def state(self) -> dict[str, Any]:
         """What the verifier reads as ``services.<kind>`` (JSON-serialisable)."""
         return {}
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (a session with nothing to release keeps this one)
         """Release everything :meth:`start` took (idempotent; runs after a failed start too)."""
+
+
+class Answer(Protocol):
+    """What a backend's own session answers a call with (the browser's and the desktop's)."""
+
+    @property
+    def text(self) -> Any: ...
+    @property
+    def is_error(self) -> bool: ...
+    @property
+    def images(self) -> tuple[tuple[str, str], ...]: ...
+
+
+class Backend(Protocol):
+    """A backend's own session object: started, called, read and closed as a tool session is."""
+
+    async def start(self) -> None: ...
+    async def call(self, name: str, arguments: dict[str, Any]) -> Answer: ...
+    async def state(self) -> dict[str, Any]: ...
+    async def close(self) -> None: ...
+
+
+class BackendToolSession(ToolSession):
+    """A tool session that hands every step to a backend's own session object (``self.backend``, made by
+    :meth:`make`), turning its answers into ``Outcome``s: the browser's and the desktop's."""
+
+    def __init__(self, setup: dict[str, Any], log_dir: Path | None, rollout_id: str) -> None:
+        super().__init__(setup, log_dir, rollout_id)
+        self.backend = self.make()
+
+    @abc.abstractmethod
+    def make(self) -> Backend:
+        """The backend's session for this rollout (``self.setup``, ``self.log_dir``, ``self.rollout_id``)."""
+
+    async def start(self) -> None:
+        await self.backend.start()
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Outcome:
+        answer = await self.backend.call(name, arguments)
+        return Outcome(answer.text, answer.is_error, answer.images)
+
+    async def state(self) -> dict[str, Any]:
+        return await self.backend.state()
+
+    async def close(self) -> None:
+        await self.backend.close()
 
 
 TOOL_SESSIONS: Registry[type[ToolSession]] = Registry("tool session", ToolSession, "forge.tool_sessions",

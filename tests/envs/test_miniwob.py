@@ -207,16 +207,16 @@ def test_four_rollouts_get_four_browsers_that_share_nothing(tool_server: ToolSer
         asyncio.run(register_all())
         sessions: list[Any] = [tool_server._entries[rid].tools.sessions.get("browser") for rid in ids]
         assert all(s is not None for s in sessions)
-        ports = {s.session.chromium.cdp_port for s in sessions if s and s.session.chromium}
+        ports = {s.backend.chromium.cdp_port for s in sessions if s and s.backend.chromium}
         assert len(ports) == 4  # four browsers
         first = sessions[0]
-        assert first is not None and first.session.chromium is not None
-        cdp.evaluate_sync(first.session.chromium.cdp_url,
+        assert first is not None and first.backend.chromium is not None
+        cdp.evaluate_sync(first.backend.chromium.cdp_url,
                           "document.cookie = 'session=alice; path=/'; localStorage.setItem('k', 'secret'); 1")
         seen = [tool_server.state(rid)["services"]["browser"]["state"] for rid in ids]
         assert seen[0] == {"cookie": "session=alice", "stored": "secret"}
         assert seen[1:] == [{"cookie": "", "stored": None}] * 3
-        profiles = [s.session.chromium.profile for s in sessions if s and s.session.chromium]
+        profiles = [s.backend.chromium.profile for s in sessions if s and s.backend.chromium]
         for rid in ids:
             tool_server.unregister(rid)
         assert not any(p.exists() for p in profiles)  # profiles deleted with their browsers
