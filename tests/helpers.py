@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import importlib
 import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +60,26 @@ def benchmark_module(name: str) -> Any:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def temporary_package(root: Path, name: str) -> Iterator[Path]:
+    """An importable package ``name`` (an empty ``__init__.py``) under ``root``, on ``sys.path`` while in use; its
+    modules are forgotten afterwards (a plugin a test defines in a package of its own)."""
+    package = root / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    sys.path.insert(0, str(root))
+    try:
+        yield package
+    finally:
+        sys.path.remove(str(root))
+        for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[module]
+
+
+def install_module(package: Path, module: str, source: str) -> None:
+    """Write ``source`` as ``module`` of ``package`` and import it (a plugin registers itself when imported)."""
+    (package / f"{module}.py").write_text(source)
+    importlib.invalidate_caches()
+    importlib.import_module(f"{package.name}.{module}")

@@ -7,8 +7,6 @@ format's functions, as a package adapting a harness's slightly different client 
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import pytest
 from forge_cli.proxy.wire import FORMATS, route
 from forge_cli.proxy.wire.base import WIRE_FORMATS
 from forge_cli.testing.wire import TOOL, check_wire_format
+from tests.helpers import install_module, temporary_package
 
 PLUGIN = '''
 from forge_cli.proxy.wire import chat
@@ -51,27 +50,13 @@ def _request(stream: bool) -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture
 def plugin(tmp_path: Path) -> Iterator[Path]:
-    package = tmp_path / "plain_wire"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    sys.path.insert(0, str(tmp_path))
-    try:
+    with temporary_package(tmp_path, "plain_wire") as package:
         yield package
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [m for m in sys.modules if m.startswith("plain_wire")]:
-            del sys.modules[name]
-        WIRE_FORMATS.remove("plain")
-
-
-def _install(package: Path, source: str) -> None:
-    (package / "fmt.py").write_text(source)
-    importlib.invalidate_caches()
-    importlib.import_module("plain_wire.fmt")
+    WIRE_FORMATS.remove("plain")
 
 
 def test_a_packages_wire_format_is_routed_and_passes_the_kit(plugin: Path) -> None:
-    _install(plugin, PLUGIN)
+    install_module(plugin, "fmt", PLUGIN)
     assert "plain" in FORMATS and route("/v1/plain/completions") is FORMATS["plain"]
     assert route("/v1/chat/completions") is FORMATS["chat"]  # the others still route
     assert check_wire_format("plain", _request) == []
@@ -81,7 +66,7 @@ def test_a_packages_wire_format_is_routed_and_passes_the_kit(plugin: Path) -> No
 def test_the_kit_fails_a_wire_format_with_one_planted_defect(defect: str, plugin: Path) -> None:
     good, bad = DEFECTS[defect]
     assert good in PLUGIN
-    _install(plugin, PLUGIN.replace(good, bad))
+    install_module(plugin, "fmt", PLUGIN.replace(good, bad))
     problems = check_wire_format("plain", _request)
     assert problems and any(defect in p for p in problems), problems
 

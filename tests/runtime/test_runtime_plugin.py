@@ -8,8 +8,6 @@ wraps an existing runtime would."""
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from forge_cli.envs.resolve import compose_resolved
 from forge_cli.runtime.registry import backend
 from forge_cli.runtime.spec import label_value
 from forge_cli.testing.sandbox import check_sandbox, sandbox_maker
+from tests.helpers import install_module, temporary_package
 
 PLUGIN = '''
 from typing import ClassVar, Literal
@@ -56,23 +55,9 @@ DEFECTS = {
 
 @pytest.fixture
 def plugin(tmp_path: Path) -> Iterator[Path]:
-    package = tmp_path / "wrapped_runtime"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    sys.path.insert(0, str(tmp_path))
-    try:
+    with temporary_package(tmp_path, "wrapped_runtime") as package:
         yield package
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [m for m in sys.modules if m.startswith("wrapped_runtime")]:
-            del sys.modules[name]
-        RUNTIMES.remove("wrapped-local")
-
-
-def _install(package: Path, source: str) -> None:
-    (package / "backend.py").write_text(source)
-    importlib.invalidate_caches()
-    importlib.import_module("wrapped_runtime.backend")
+    RUNTIMES.remove("wrapped-local")
 
 
 def _run(only: list[str] | None = None) -> list[str]:
@@ -92,7 +77,7 @@ def _run(only: list[str] | None = None) -> list[str]:
 
 
 def test_a_packages_runtime_composes_and_passes_the_kit(plugin: Path) -> None:
-    _install(plugin, PLUGIN)
+    install_module(plugin, "backend", PLUGIN)
     # the shipped local runtime's settings with the kind switched: the plugin's options class validates them
     exp = compose_resolved(["runtime=local", "runtime.kind=wrapped-local"]).experiment
     assert type(exp.runtime).__name__ == "WrappedOptions" and exp.runtime.isolation == "auto"
@@ -103,7 +88,7 @@ def test_a_packages_runtime_composes_and_passes_the_kit(plugin: Path) -> None:
 
 @pytest.mark.parametrize("check", sorted(DEFECTS))
 def test_the_kit_fails_a_runtime_with_one_planted_defect(check: str, plugin: Path) -> None:
-    _install(plugin, PLUGIN + DEFECTS[check])
+    install_module(plugin, "backend", PLUGIN + DEFECTS[check])
     problems = _run([check])
     assert len(problems) == 1 and problems[0].startswith(f"{check}:"), problems
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import importlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from forge_cli.testing.tool_session import check_tool_session
 from forge_cli.tools.rollout_tools import RolloutTools
 from forge_cli.tools.session import TOOL_SESSIONS
 from forge_cli.tools.spec import parse_tools
-from tests.helpers import QuietHandler, serve_http
+from tests.helpers import QuietHandler, install_module, serve_http, temporary_package
 from tests.requires import requires
 
 PLUGIN = '''
@@ -59,29 +57,14 @@ WHAT = {"raises on an unknown tool": "an unknown tool raised KeyError", "state i
 
 @pytest.fixture
 def plugin_package(tmp_path: Path) -> Iterator[Path]:
-    """An importable package of the user's (``counter_tools``) on sys.path; unregistered afterwards."""
-    package = tmp_path / "counter_tools"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    sys.path.insert(0, str(tmp_path))
-    try:
+    with temporary_package(tmp_path, "counter_tools") as package:
         yield package
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [m for m in sys.modules if m.startswith("counter_tools")]:
-            del sys.modules[name]
-        TOOL_SESSIONS.remove("counter-plugin")
-
-
-def _install(package: Path, module: str, source: str) -> None:
-    (package / f"{module}.py").write_text(source)
-    importlib.invalidate_caches()
-    importlib.import_module(f"counter_tools.{module}")
+    TOOL_SESSIONS.remove("counter-plugin")
 
 
 def test_a_packages_session_registers_passes_the_kit_and_serves_a_task(plugin_package: Path,
                                                                         tmp_path: Path) -> None:
-    _install(plugin_package, "counter", PLUGIN)
+    install_module(plugin_package, "counter", PLUGIN)
     assert "counter-plugin" in TOOL_SESSIONS.names()
     problems = asyncio.run(check_tool_session("counter-plugin", {"start": 5}, [("add", {"n": 2})], tmp_path / "log"))
     assert problems == []
@@ -108,7 +91,7 @@ def test_a_packages_session_registers_passes_the_kit_and_serves_a_task(plugin_pa
 def test_the_kit_fails_a_session_with_one_planted_defect(defect: str, plugin_package: Path, tmp_path: Path) -> None:
     good, bad = DEFECTS[defect]
     assert good in PLUGIN
-    _install(plugin_package, "counter", PLUGIN.replace(good, bad))
+    install_module(plugin_package, "counter", PLUGIN.replace(good, bad))
     problems = asyncio.run(check_tool_session("counter-plugin", {}, [("add", {"n": 1})], tmp_path / "log"))
     assert any(WHAT[defect] in p for p in problems), problems
 

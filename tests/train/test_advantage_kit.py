@@ -5,8 +5,6 @@ defect."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 
 from forge_cli.testing.advantage import check_advantage
 from forge_cli.train.algos import ADVANTAGES, rollout_advantages
-from tests.helpers import forge
+from tests.helpers import forge, install_module, temporary_package
 
 PLUGIN = '''
 import torch
@@ -49,23 +47,9 @@ DEFECTS = {
 
 @pytest.fixture
 def plugin(tmp_path: Path) -> Iterator[Path]:
-    package = tmp_path / "my_estimators"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    sys.path.insert(0, str(tmp_path))
-    try:
+    with temporary_package(tmp_path, "my_estimators") as package:
         yield package
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in [m for m in sys.modules if m.startswith("my_estimators")]:
-            del sys.modules[name]
-        ADVANTAGES.remove("centered")
-
-
-def _install(package: Path, source: str) -> None:
-    (package / "centered.py").write_text(source)
-    importlib.invalidate_caches()
-    importlib.import_module("my_estimators.centered")
+    ADVANTAGES.remove("centered")
 
 
 @pytest.mark.parametrize("name", ["grpo", "rloo"])
@@ -74,7 +58,7 @@ def test_forges_estimators_pass_the_kit(name: str) -> None:
 
 
 def test_a_packages_estimator_passes_the_kit_and_trains(plugin: Path) -> None:
-    _install(plugin, PLUGIN)
+    install_module(plugin, "centered", PLUGIN)
     assert check_advantage("centered") == []
     advantages = rollout_advantages({"r1": 1.0, "r2": 0.0, "r3": 0.5}, {"r1": "g", "r2": "g", "r3": "g"}, "centered")
     assert advantages == pytest.approx({"r1": 0.5, "r2": -0.5, "r3": 0.0})
@@ -86,7 +70,7 @@ def test_a_packages_estimator_passes_the_kit_and_trains(plugin: Path) -> None:
 def test_the_kit_fails_an_estimator_with_one_planted_defect(defect: str, plugin: Path) -> None:
     good, bad = DEFECTS[defect]
     assert good in PLUGIN
-    _install(plugin, PLUGIN.replace(good, bad))
+    install_module(plugin, "centered", PLUGIN.replace(good, bad))
     problems = check_advantage("centered")
     assert any(defect in p for p in problems), problems
 
