@@ -16,6 +16,7 @@ from forge_cli.config.schema import DockerRuntime, Experiment, KubernetesRuntime
 from forge_cli.desktop.osworld_env import INSTALL
 from forge_cli.errors import UserError
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
+from forge_cli.harness.installer import installer_for
 from forge_cli.paths import env_dir, env_python
 from forge_cli.runtime import isolation
 
@@ -118,10 +119,10 @@ def check_runtime(exp: Experiment) -> list[Check]:
 
 def check_harness(exp: Experiment) -> list[Check]:
     harness = exp.harness
-    manager = harness.package.manager
-    if manager == "builtin":
+    installer = installer_for(harness)
+    if installer.ships_with_forge:
         return [Check(f"harness {harness.name}", True, "shipped with forge")]
-    if manager == "binary":
+    if installer.user_provided:
         path = harness.binary_path
         if path:
             ok = os.path.isfile(path) and os.access(path, os.X_OK)

@@ -24,7 +24,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,13 @@ from forge_cli import __version__
 from forge_cli.checksums import sha256_file
 from forge_cli.config.schema import HarnessConfig
 from forge_cli.errors import UserError
-from forge_cli.harness import node_runtime, npm, pypi
-from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, manifest_path
+from forge_cli.harness.bundle_paths import bundle_dir, manifest_path
+from forge_cli.harness.installer import MANIFEST_KEYS, Progress, installer_for
 from forge_cli.harness.proc import SYSTEM_PATH, is_elf
 from forge_cli.paths import bundles_dir, forge_home
 
 # bumped whenever the bundle layout changes, so that older bundles are rebuilt (2: node/lib/, 3: exec bits)
 MANIFEST_SCHEMA = 3
-Progress = Callable[[str], None]
 
 
 # ---------------------------------------------------------------- harness configs
@@ -60,10 +59,12 @@ def load_harness(name: str, config_dir: Path | None = None) -> HarnessConfig:
     if name not in known:
         raise UserError(f"unknown harness '{name}'", fix=f"known harnesses: {', '.join(sorted(known))}", exit_code=2)
     try:
-        return HarnessConfig.model_validate(yaml.safe_load(known[name].read_text()))
+        harness = HarnessConfig.model_validate(yaml.safe_load(known[name].read_text()))
     except (yaml.YAMLError, ValidationError) as exc:
         first = str(exc).strip().splitlines()
         raise UserError(f"{known[name]} is not a valid harness config: {' '.join(first[:3])}", exit_code=2) from None
+    installer_for(harness)  # package.manager names a registered installer (UserError, exit 2, otherwise)
+    return harness
 
 
 # ---------------------------------------------------------------- manifest / listing
@@ -148,57 +149,13 @@ def dedupe(root: Path, min_size: int = 1 << 20) -> int:
     return saved
 
 
-# ---------------------------------------------------------------- wrappers
-NODE_ENV = '''\
-PATH="$d/../node/bin:$PATH"
-LD_LIBRARY_PATH="$d/../node/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PATH LD_LIBRARY_PATH
-'''
-
-NODE_WRAPPER = '''\
-#!/bin/sh
-# forge bundle {harness}: {spec} on the bundle's own Node {node}; paths are relative to this script
-d=$(dirname "$0")
-{node_env}exec "$d/../node/bin/node" "$d/../{target}" "$@"
-'''
-
-NATIVE_WRAPPER = '''\
-#!/bin/sh
-# forge bundle {harness}: {spec} (native program); paths are relative to this script
-d=$(dirname "$0")
-{path_line}exec "$d/../{target}" "$@"
-'''
-
-
-def _write_wrapper(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755)
-
-
-def _npm_wrapper(harness: HarnessConfig, tmp: Path, node_version: str | None) -> Path:
-    target = npm.entry_target(harness, tmp / "lib")
-    rel = target.relative_to(tmp.resolve()).as_posix()
-    spec = " ".join(npm.specs(harness))
-    if is_elf(target):
-        path_line = NODE_ENV if node_version else ""
-        text = NATIVE_WRAPPER.format(harness=harness.name, spec=spec, target=rel, path_line=path_line)
-    elif node_version is None:
-        raise UserError(f"{harness.name}: {rel} is a JavaScript program but the harness's runtime is "
-                        f"'{harness.runtime}'", fix=f"set runtime: node in configs/harness/{harness.name}.yaml")
-    else:
-        text = NODE_WRAPPER.format(harness=harness.name, spec=spec, node=node_version, target=rel, node_env=NODE_ENV)
-    _write_wrapper(tmp / "bin" / harness.entrypoint, text)
-    return target
-
-
 # ---------------------------------------------------------------- verification
 def verify_entrypoint(bundle: Path, harness: HarnessConfig, log: Path) -> str:
     """Run ``bin/<entrypoint> --version`` (``--help`` when it has none) with a scratch HOME and a bare
     environment; its first line of output, or a UserError with what it printed."""
     program = bundle / "bin" / harness.entrypoint
-    # forge's builtin harness is a Python file the command runs with python3
-    argv = ["python3", str(program)] if harness.package.manager == "builtin" else [str(program)]
+    # what runs the program: forge's builtin harness is a Python file the command runs with python3
+    argv = [*installer_for(harness).run_prefix, str(program)]
     with tempfile.TemporaryDirectory(prefix="forge-verify-") as home:
         env = {"HOME": home, "PATH": SYSTEM_PATH, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1"}
         outputs = []
@@ -234,30 +191,13 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _builtin_source(harness: HarnessConfig) -> Path:
-    """The shipped file of a builtin harness, by package name (``forge-react`` → ``react_agent.py``), so
-    that options derived from it under other names (``--config-dir``) reuse it."""
-    name = (harness.package.name or harness.name).removeprefix("forge-")
-    return Path(__file__).resolve().parent / f"{name}_agent.py"
-
-
 def _is_current(harness: HarnessConfig, manifest: dict[str, Any], binary_path: Path | None = None) -> bool:
-    """The installed bundle is what the config pins (and, for forge's builtin agent or a user-provided
-    binary, the same file)."""
+    """The installed bundle is what the config pins (and what its installer checks besides: forge's builtin agent
+    or a user-provided binary the same file, a node harness the pinned Node)."""
     if manifest.get("schema") != MANIFEST_SCHEMA or manifest.get("version") != harness.package.version \
             or manifest.get("extras") != list(harness.package.extra):
         return False
-    if harness.package.manager == "binary" and binary_path is not None:
-        given = binary_path.expanduser()
-        installed = manifest.get("key_files", {}).get(f"lib/{harness.entrypoint}")
-        return given.is_file() and installed == sha256_file(given)
-    if harness.runtime == "node" and manifest.get("node", {}).get("version") != node_runtime.NODE_VERSION:
-        return False
-    if harness.package.manager == "builtin":
-        source = _builtin_source(harness)
-        installed = manifest.get("key_files", {}).get(f"bin/{harness.entrypoint}")
-        return source.is_file() and installed == sha256_file(source)
-    return True
+    return installer_for(harness).is_current(manifest, binary_path)
 
 
 def log_path(harness: HarnessConfig) -> Path:
@@ -315,77 +255,15 @@ def _build(harness: HarnessConfig, tmp: Path, *, offline: bool, binary_path: Pat
         "version": pkg.version, "extras": list(pkg.extra), "runtime": harness.runtime,
         "entrypoint": f"bin/{harness.entrypoint}", "forge_version": __version__,
     }
-    key_files: list[Path] = []
-    if pkg.manager == "npm":
-        say("fetching the pinned Node runtime")
-        node = node_runtime.ensure_node(offline=offline, log=log)
-        if not node_runtime.satisfies(node.version, harness.node_min):
-            raise UserError(f"{harness.name} needs Node >= {harness.node_min}; forge pins {node.version}",
-                            fix="raise NODE_VERSION in forge_cli/harness/node_runtime.py")
-        node_version = None
-        if harness.runtime == "node":
-            key_files += node_runtime.link_into(node, tmp)
-            node_version = node.version
-            manifest["node"] = {"package": node_runtime.NODE_PACKAGE, "version": node.version,
-                                "tarball": node.tarball.name, "tarball_sha256": node.tarball_sha256,
-                                "host_libs": node.libs}
-        say(f"installing {' '.join(npm.specs(harness))} with npm" + (" (offline)" if offline else ""))
-        npm.install(harness, tmp / "lib", node, offline=offline, log=log)
-        key_files.append(_npm_wrapper(harness, tmp, node_version))
-        manifest["packages"] = npm.installed_packages(tmp / "lib")
-        manifest["artifacts"] = npm.artifacts(harness, tmp / "lib")
-    elif pkg.manager == "pypi":
-        say(f"installing {' '.join(pypi.spec(harness))} with pip" + (" (offline)" if offline else ""))
-        pypi.install(harness, tmp, offline=offline, log=log)
-        key_files.append(pypi.write_launcher(harness, tmp))
-        manifest["python"] = pypi.PYTHON_TAG
-        manifest["packages"] = pypi.installed_packages(tmp)
-        manifest["artifacts"] = pypi.artifacts(harness, manifest["packages"])
-    elif pkg.manager == "builtin":
-        key_files.append(_install_builtin(harness, tmp))
-        manifest["packages"] = {str(pkg.name): str(pkg.version)}
-    else:
-        key_files.append(_install_binary(harness, tmp, binary_path))
-        manifest["packages"] = {str(pkg.name): str(pkg.version)}
-    key_files.append(tmp / "bin" / harness.entrypoint)
+    installed = installer_for(harness).install(tmp, offline=offline, binary_path=binary_path, log=log, say=say)
+    clash = sorted(MANIFEST_KEYS & set(installed.manifest))
+    if clash:
+        raise ValueError(f"the {pkg.manager} installer's manifest fields {clash} are forge's own")
+    manifest.update(installed.manifest)
+    key_files = [*installed.key_files, tmp / "bin" / harness.entrypoint]
     manifest["exec_bits_fixed"] = fix_exec_bits(tmp)
     manifest["deduplicated_bytes"] = dedupe(tmp)
     say(f"checking that bin/{harness.entrypoint} runs")
     manifest["version_output"] = verify_entrypoint(tmp, harness, log)
     manifest["key_files"] = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in key_files}
     return manifest
-
-
-def _install_builtin(harness: HarnessConfig, tmp: Path) -> Path:
-    """forge's own harness: one stdlib Python file shipped in forge_cli/harness/ (``react_agent.py``)."""
-    source = _builtin_source(harness)
-    if not source.is_file():
-        raise UserError(f"forge's builtin harness '{harness.name}' is missing from this installation ({source})",
-                        fix="reinstall forge (scripts/setup.sh core) or update the checkout")
-    target = tmp / "bin" / harness.entrypoint
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    target.chmod(0o755)
-    return target
-
-
-def _install_binary(harness: HarnessConfig, tmp: Path, binary_path: Path | None) -> Path:
-    """A user-provided program (zeroclaw): copied into ``lib/`` with a wrapper in ``bin/``."""
-    given = binary_path or (Path(harness.binary_path) if harness.binary_path else None)
-    if given is None:
-        raise UserError(f"{harness.name} is not on any package registry: forge needs its binary from you",
-                        fix=binary_fix(harness), exit_code=2)
-    source = given.expanduser()
-    if not source.exists():
-        raise UserError(f"{harness.name} binary {source} does not exist", fix=binary_fix(harness), exit_code=2)
-    if not source.is_file():
-        raise UserError(f"{harness.name} binary {source} is not a file", fix=binary_fix(harness), exit_code=2)
-    if not os.access(source, os.X_OK):
-        raise UserError(f"{harness.name} binary {source} is not executable", fix=f"chmod +x {source}", exit_code=2)
-    target = tmp / "lib" / harness.entrypoint
-    target.parent.mkdir(parents=True)
-    shutil.copy2(source, target)
-    target.chmod(0o755)
-    _write_wrapper(tmp / "bin" / harness.entrypoint, NATIVE_WRAPPER.format(
-        harness=harness.name, spec=f"user-provided {source.name}", target=f"lib/{harness.entrypoint}", path_line=""))
-    return target

@@ -16,6 +16,7 @@ from forge_cli.envs.task import Task
 from forge_cli.errors import UserError
 from forge_cli.harness.adapter import RolloutContext, ToolsContext, harness_tools, prepare
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
+from forge_cli.harness.installer import installer_for
 from forge_cli.rollout.spec import build_spec, group_id, proxy_endpoint, rollout_id
 from forge_cli.runtime.registry import backend
 from forge_cli.runtime.spec import SandboxSpec
@@ -187,10 +188,11 @@ def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "r
     workdir, home, bundle = sandbox_backend.sandbox_paths(exp.runtime, str(bundle_dir(exp.harness)))
     warnings = []
     harness = exp.harness
-    if harness.package.manager == "binary" and not harness.binary_path and not is_installed(harness):
+    installer = installer_for(harness)
+    if installer.user_provided and not harness.binary_path and not is_installed(harness):
         warnings.append(f"{harness.name} is not installed and harness.binary_path is not set (no package "
                         f"registry carries it): {binary_fix(harness)}")
-    elif harness.package.manager != "builtin" and not is_installed(harness):
+    elif not installer.ships_with_forge and not is_installed(harness):
         warnings.append(f"harness bundle '{harness.name}' is not installed yet "
                         f"(forge harness install {harness.name})")
     if context_note is not None:
@@ -219,7 +221,7 @@ def build_plan(exp: Experiment, run_id: str | None = None, purpose: Purpose = "r
                 verifier=task.verify,
                 bundle={"host_path": shown.bundle_host_path, "mounted_at": bundle,
                         "package": f"{harness.package.manager}:{harness.package.name}@{harness.package.version}",
-                        "installed": harness.package.manager == "builtin" or is_installed(harness)},
+                        "installed": installer.ships_with_forge or is_installed(harness)},
                 config_files=inv.files, command=inv.argv, command_line=shlex.join(inv.argv),
                 env=mask_env(inv.env),
                 timeouts={"rollout_s": task.timeout_s or exp.rollout.timeout_s, "harness_s": inv.timeout_s,

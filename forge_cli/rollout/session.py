@@ -55,16 +55,18 @@ def new_run_id(exp: Experiment) -> str:
 
 
 def ensure_bundle(exp: Experiment) -> None:
-    """forge's builtin harness is (re)installed from this checkout, a user-provided binary
+    """A harness that ships with forge (its builtin agent) is (re)installed from this checkout, a user-provided binary
     (``harness.binary_path``) installed unless the bundle already holds that file; others must be installed."""
     from forge_cli.harness.bundles import install
+    from forge_cli.harness.installer import installer_for
 
     harness = exp.harness
-    if harness.package.manager == "builtin":
+    installer = installer_for(harness)
+    if installer.ships_with_forge:
         install(harness, force=True)
-    elif harness.package.manager == "binary" and harness.binary_path:
+    elif installer.user_provided and harness.binary_path:
         install(harness, binary_path=Path(harness.binary_path))
-    elif harness.package.manager == "binary" and not is_installed(harness):
+    elif installer.user_provided and not is_installed(harness):
         raise UserError(f"harness '{harness.name}' is not installed: no package registry carries it",
                         fix=binary_fix(harness))
     elif not is_installed(harness):
