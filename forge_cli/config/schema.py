@@ -34,7 +34,10 @@ WIRE_API_ALIASES = {"chat_completions": "chat", "anthropic_messages": "anthropic
 
 # ---------------------------------------------------------------- harness
 class HarnessPackage(Strict):
-    manager: Literal["builtin", "npm", "pypi", "binary"]
+    # the installer that builds the bundle, by registered name: forge's builtin, npm, pypi, binary
+    # (forge_cli/harness/installers/), one a package registers (entry points forge.harness_installers) or your own as
+    # pkg.module:Class; checked when a command composes the experiment
+    manager: str
     name: str | None = None
     version: str | None = None
     # further packages installed beside the main one (platform binaries, providers)

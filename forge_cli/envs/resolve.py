@@ -6,7 +6,9 @@ needs the source is done here, for every experiment a command runs:
 - ``eval.judge`` reaches a source whose options take a judge: its keys under ``env.options.judge`` (which wins key
   by key: one experiment may judge two envs differently);
 - ``env.source`` names a task source (``unknown task source ...`` otherwise) and ``env.options`` are valid for its
-  ``Options`` model (``env.options for source '...': ...`` otherwise).
+  ``Options`` model (``env.options for source '...': ...`` otherwise);
+- the harness's ``wire_api`` names a wire format the proxy serves, its ``package.manager`` a registered harness
+  installer.
 
 :func:`compose_resolved` composes with both (their problems reported with compose's own, every one at once, as a
 :class:`ConfigError`, exit 2); :func:`validate_experiment` does the same for an experiment stored as a dict (a run's
@@ -24,6 +26,7 @@ from forge_cli.config.compose import MISSING, Composed, compose
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.source import source_class
 from forge_cli.errors import ConfigError
+from forge_cli.harness.installer import installer_class
 from forge_cli.proxy.wire import FORMATS
 
 
@@ -76,20 +79,31 @@ def env_problems(data: dict[str, Any]) -> list[str]:
 
 
 def harness_problems(data: dict[str, Any]) -> list[str]:
-    """``harness.wire_api`` names a wire format the capture proxy serves (forge_cli/proxy/wire)."""
+    """``harness.wire_api`` names a wire format the capture proxy serves (forge_cli/proxy/wire), and
+    ``harness.package.manager`` a registered harness installer (forge_cli/harness/installer.py)."""
     from forge_cli.config.schema import WIRE_API_ALIASES
 
     harness = data.get("harness")
-    wire = harness.get("wire_api") if isinstance(harness, dict) else None
-    if not isinstance(wire, str) or wire == MISSING or WIRE_API_ALIASES.get(wire, wire) in FORMATS:
+    if not isinstance(harness, dict):
         return []
-    return [f"harness: harness.wire_api {wire!r} is not a wire format the capture proxy serves (one of: "
-            f"{', '.join(sorted(FORMATS))})"]
+    problems = []
+    wire = harness.get("wire_api")
+    if isinstance(wire, str) and wire != MISSING and WIRE_API_ALIASES.get(wire, wire) not in FORMATS:
+        problems.append(f"harness: harness.wire_api {wire!r} is not a wire format the capture proxy serves (one of: "
+                        f"{', '.join(sorted(FORMATS))})")
+    package = harness.get("package")
+    manager = package.get("manager") if isinstance(package, dict) else None
+    if isinstance(manager, str) and manager != MISSING:
+        try:
+            installer_class(manager)
+        except ValueError as exc:
+            problems.append(f"harness: harness.package.manager: {exc}")
+    return problems
 
 
 def resolve(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """What :func:`forge_cli.config.compose.compose` validates instead of ``data`` (``eval.judge`` merged into the
-    env's options), and the problems of the env's options and the harness's wire format."""
+    env's options), and the problems of the env's options and the harness's wire format and installer."""
     merged = judge_into_env(data)
     return merged, env_problems(merged) + harness_problems(merged)
 
