@@ -13,7 +13,7 @@ import hashlib
 import json
 import tarfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from forge_cli.harness.bundles import load_harness
 from forge_cli.harness.installer import INSTALLERS
 from forge_cli.paths import configs_dir, forge_home
 from forge_cli.testing.installer import HARNESS, Sample, check_installer, program
-from tests.helpers import forge, install_module, temporary_package
+from tests.helpers import forge, temporary_package
 
 PLUGIN = '''
 import shutil
@@ -126,27 +126,32 @@ def test_forges_installers_pass_the_kit_offline(manager: str, sample: object) ->
     assert check_installer(manager, sample) == []  # type: ignore[arg-type]
 
 
+# the plugin named by a dotted path (a user's own): imported on the first lookup, when it registers by name
+DOTTED = "tarball_installer.plugin:TarballInstaller"
+
+
 @pytest.fixture
-def plugin(tmp_path: Path) -> Iterator[Path]:
+def write_plugin(tmp_path: Path) -> Iterator[Callable[[str], object]]:
+    """Writes the source of ``tarball_installer.plugin`` (a package of its own on ``sys.path``, not imported yet);
+    the installer it registers is forgotten afterwards."""
     with temporary_package(tmp_path, "tarball_installer") as package:
-        yield package
+        yield (package / "plugin.py").write_text
     INSTALLERS.remove("tarball")
 
 
-def test_a_packages_installer_passes_the_kit(plugin: Path) -> None:
-    (plugin / "plugin.py").write_text(PLUGIN)
-    # a dotted path imports it (a user's own); the import registers it by name
-    assert check_installer("tarball_installer.plugin:TarballInstaller", tarball_sample) == []
+def test_a_packages_installer_passes_the_kit(write_plugin: Callable[[str], object]) -> None:
+    write_plugin(PLUGIN)
+    assert check_installer(DOTTED, tarball_sample) == []
     assert "tarball" in INSTALLERS.names()
     assert check_installer("tarball", tarball_sample) == []
 
 
 @pytest.mark.parametrize("check", sorted(DEFECTS))
-def test_the_kit_fails_an_installer_with_one_planted_defect(check: str, plugin: Path) -> None:
+def test_the_kit_fails_an_installer_with_one_planted_defect(check: str, write_plugin: Callable[[str], object]) -> None:
     good, bad = DEFECTS[check]
     assert good in PLUGIN
-    install_module(plugin, "plugin", PLUGIN.replace(good, bad))
-    problems = check_installer("tarball", tarball_sample, only=[check])
+    write_plugin(PLUGIN.replace(good, bad))
+    problems = check_installer(DOTTED, tarball_sample, only=[check])
     assert problems and all(p.startswith(f"{check}:") for p in problems), problems
 
 
