@@ -31,7 +31,6 @@ PLUGIN = '''
 import shutil
 import tarfile
 import urllib.request
-from pathlib import Path
 
 from forge_cli.errors import UserError
 from forge_cli.harness.installer import NATIVE_WRAPPER, Installed, Installer, write_wrapper
