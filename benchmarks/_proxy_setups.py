@@ -274,7 +274,8 @@ def start_setups(names: list[str], up: tuple[subprocess.Popen[bytes], int], tmp:
                 port = free_port()
                 mode = ["--mode", f"reverse:{upstream}@127.0.0.1:{port}", "--set", "connection_strategy=lazy"]
                 cmd = [str(mitmdump_path()), *mode, "--set", "flow_detail=0"] if name == "mitmdump" else \
-                    [str(mitmdump_path().with_name("python")), "-m", "forge_cli.proxy.main", "--core-only", *mode]
+                    [str(mitmdump_path().with_name("python")), "-m", "forge_cli.remote.mitmproxy.main", "--core-only",
+                     *mode]
                 child = subprocess.Popen([*cmd, "--set", "termlog_verbosity=warn"], cwd=ROOT,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -10,8 +10,8 @@ own process, answering in vLLM 0.32's exact shape):
 
 - ``direct``: the client talks to the fake vLLM itself;
 - ``mitmdump``: bare reverse mitmdump (its ~35 default addons, no script);
-- ``core``: forge's proxy process without forge's addon (``forge_cli.proxy.main --core-only``: mitmproxy's core
-  with the few addons forge loads): forge / core is what the addon costs, capture and store included;
+- ``core``: forge's proxy process without forge's addon (``forge_cli.remote.mitmproxy.main --core-only``: mitmproxy's
+  core with the few addons forge loads): forge / core is what the addon costs, capture and store included;
 - ``forge``: forge's capture proxy (``start_proxy``) with its SQLite store (WAL, a writer process);
 - ``rllm``: rLLM's model gateway, the nearest peer (PyPI ``rllm-model-gateway`` 0.1.0, FastAPI + httpx +
   aiosqlite), started as its README says (``rllm-model-gateway --worker http://UPSTREAM/v1 --db-path ...``, here

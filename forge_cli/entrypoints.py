@@ -30,14 +30,15 @@ class EntryPoint:
 
 
 ENTRY_POINTS: tuple[EntryPoint, ...] = (
-    EntryPoint("forge_cli.proxy.main", "env:mitmproxy",
+    EntryPoint("forge_cli.remote.mitmproxy.main", "env:mitmproxy",
                "the capture proxy: mitmdump's master with forge's addon, one per proxy replica, started by the "
-               "rollout session (proxy/launcher.py) with an import root of proxy/, traces/ and plugins.py only",
+               "rollout session (proxy/launcher.py) with an import root of proxy/, traces/, plugins.py and "
+               "remote/mitmproxy/ only",
                ("forge_cli.proxy", "forge_cli.traces", "forge_cli.plugins")),
-    EntryPoint("forge_cli.proxy.writer", "env:mitmproxy",
+    EntryPoint("forge_cli.remote.mitmproxy.writer", "env:mitmproxy",
                "the store writer: a child of the proxy, fed frames through a pipe; outlives a killed proxy",
                ("forge_cli.proxy", "forge_cli.traces", "forge_cli.plugins")),
-    EntryPoint("forge_cli.train.verl.agent_loop", "env:verl",
+    EntryPoint("forge_cli.remote.verl.agent_loop", "env:verl",
                "forge's agent loop inside veRL's Ray workers (trainer=verl): runs forge rollouts through the proxy",
                ("forge_cli",)),
     EntryPoint("forge_cli.envs.osworld.host_runner", "env:osworld",

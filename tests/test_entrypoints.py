@@ -7,8 +7,10 @@ library alone for the sandbox's react agent, and the desktop image for its in-VM
 from __future__ import annotations
 
 import os
+import pkgutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -19,6 +21,7 @@ from forge_cli.paths import env_python
 
 PACKAGE = Path(__file__).resolve().parents[1] / "forge_cli"
 BY_MODULE = {e.module: e for e in ENTRY_POINTS}
+CONTRACTS = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
 
 
 def _allowed(entry: EntryPoint, module: str) -> bool:
@@ -35,6 +38,12 @@ def test_forge_imports_stay_within_what_the_interpreter_has(module: str) -> None
     assert [m for m in sorted(used) if not _allowed(entry, m)] == []
 
 
+def test_no_module_of_forges_own_process_may_import_the_remote_package() -> None:
+    [contract] = [c for c in CONTRACTS if c.get("forbidden_modules") == ["forge_cli.remote"]]
+    top = {f"forge_cli.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE)])} - {"forge_cli.remote"}
+    assert sorted(contract["source_modules"]) == sorted(top)
+
+
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=300, **kwargs)  # type: ignore[call-overload]
 
@@ -45,14 +54,14 @@ def test_the_proxy_and_its_writer_import_in_mitmproxys_environment_from_their_im
 
     root = child_import_root()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"PYTHONPATH": str(root)}
-    done = _run([str(env_python("mitmproxy")), "-c", "import forge_cli.proxy.main, forge_cli.proxy.writer"],
-                cwd=root, env=env)
+    done = _run([str(env_python("mitmproxy")), "-c",
+                 "import forge_cli.remote.mitmproxy.main, forge_cli.remote.mitmproxy.writer"], cwd=root, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.requires("verl")
 def test_the_agent_loop_imports_in_verls_environment() -> None:
-    done = _run([str(env_python("verl")), "-c", "import forge_cli.train.verl.agent_loop"])
+    done = _run([str(env_python("verl")), "-c", "import forge_cli.remote.verl.agent_loop"])
     assert done.returncode == 0, done.stderr[-3000:]
 
 

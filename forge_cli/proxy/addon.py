@@ -1,6 +1,6 @@
 """forge's mitmproxy addon: serve ``/r/<rollout-id>/…`` model calls from the policy servers and record them.
 
-Loaded by ``forge_cli.proxy.main`` (mitmproxy's proxy core in reverse mode, inside mitmproxy's own virtual
+Loaded by ``forge_cli.remote.mitmproxy.main`` (mitmproxy's proxy core in reverse mode, inside mitmproxy's own virtual
 environment; ``launcher.py`` starts it). The addon declares the options and owns the hooks; each hook hands its
 work to the module with that one responsibility:
 

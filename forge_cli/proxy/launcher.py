@@ -1,4 +1,5 @@
-"""Start forge's capture proxy (``main.py``: mitmproxy's core + forge's addon) as a child process; talk to its API.
+"""Start forge's capture proxy (``remote/mitmproxy/main.py``: mitmproxy's core + forge's addon) as a child process;
+talk to its API.
 
 ``start_proxy(...)`` returns a ``ProxyHandle``: the control API of ``client.ProxyClient`` (register/finish/calls,
 pause/resume, weight version) plus the store path, the child process and ``stop``. ``forge proxy``, ``forge rollout``
@@ -29,9 +30,10 @@ from forge_cli.proxy.client import ProxyClient
 
 # forge's package, wherever it is installed (a checkout, or site-packages from a wheel)
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-# what the mitmproxy child imports of forge (main.py, the addon, the store writer; the plugin registry its wire formats
-# use): stdlib + mitmproxy only
-CHILD_SUBPACKAGES = ("proxy", "traces", "plugins.py")
+# what the mitmproxy child imports of forge, relative to the package (the addon, the plugin registry its wire formats
+# use, and its two entry points in remote/mitmproxy/: the proxy process and the store writer): stdlib + mitmproxy only.
+# Each is a symlink into this installation; the directories above them (forge_cli/, remote/) are real ones.
+CHILD_PATHS = ("__init__.py", "proxy", "traces", "plugins.py", "remote/__init__.py", "remote/mitmproxy")
 
 
 def mitmdump_path() -> Path:
@@ -40,8 +42,9 @@ def mitmdump_path() -> Path:
 
 
 def child_import_root() -> Path:
-    """The mitmproxy child's only import path from forge: a directory holding just ``forge_cli/__init__.py``
-    and the ``proxy`` and ``traces`` subpackages, as symlinks into this installation.
+    """The mitmproxy child's only import path from forge: a directory holding just ``forge_cli/__init__.py``,
+    the ``proxy`` and ``traces`` subpackages, ``plugins.py`` and ``remote/mitmproxy/`` (``CHILD_PATHS``), as
+    symlinks into this installation.
 
     Putting the package's parent directory on the child's ``PYTHONPATH`` would, for a wheel install, put
     forge's whole site-packages ahead of mitmproxy's own pinned dependencies (h11) — the conflict that the
@@ -56,10 +59,9 @@ def child_import_root() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root.parent))
     try:
         pkg = tmp / "forge_cli"
-        pkg.mkdir()
-        (pkg / "__init__.py").symlink_to(PACKAGE_DIR / "__init__.py")
-        for name in CHILD_SUBPACKAGES:
-            (pkg / name).symlink_to(PACKAGE_DIR / name, target_is_directory=True)
+        for rel in CHILD_PATHS:
+            (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+            (pkg / rel).symlink_to(PACKAGE_DIR / rel, target_is_directory=(PACKAGE_DIR / rel).is_dir())
         if root.exists() or root.is_symlink():  # stale (forge moved, or a partial copy): replace it
             shutil.rmtree(root, ignore_errors=True)
         with contextlib.suppress(OSError):  # another launch won the race: use its (identical) directory
@@ -73,11 +75,17 @@ def child_import_root() -> Path:
 
 
 def _import_root_ok(root: Path) -> bool:
+    """``root`` holds ``CHILD_PATHS``, each a symlink to this installation's, and nothing else."""
     pkg = root / "forge_cli"
+    expected: dict[Path, set[str]] = {}  # each real directory of the root -> the entries it holds
+    for rel in CHILD_PATHS:
+        parts = Path(rel).parts
+        for depth, name in enumerate(parts):
+            expected.setdefault(pkg.joinpath(*parts[:depth]), set()).add(name)
     try:
-        entries = {p.name for p in pkg.iterdir()} - {"__pycache__"}
-        return entries == {"__init__.py", *CHILD_SUBPACKAGES} and all(
-            (pkg / name).resolve() == PACKAGE_DIR / name for name in ("__init__.py", *CHILD_SUBPACKAGES))
+        return all({p.name for p in d.iterdir()} - {"__pycache__"} == names and not d.is_symlink()
+                   for d, names in expected.items()) and all(
+            (pkg / rel).is_symlink() and (pkg / rel).resolve() == PACKAGE_DIR / rel for rel in CHILD_PATHS)
     except OSError:
         return False
 
@@ -199,7 +207,7 @@ def start_proxy(
         "forge_capture": str(capture).lower(),
         "forge_upstream_key_env": upstream_key_env or "",
     }
-    cmd = [str(mitmdump.with_name("python")), "-m", "forge_cli.proxy.main",
+    cmd = [str(mitmdump.with_name("python")), "-m", "forge_cli.remote.mitmproxy.main",
            "--mode", f"reverse:{urls[0]}@{host}:{port}"]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]

@@ -2,7 +2,7 @@
 
 ``Recorder`` turns what the upstream answered (a JSON body, a stream, an error status, a failed connection) into
 the client's answer and one record for the store writer (``RecordSink``: frames through a pipe to
-``forge_cli.proxy.writer``, which assembles the ``CallRecord`` in its own process).
+``forge_cli.remote.mitmproxy.writer``, which assembles the ``CallRecord`` in its own process).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ IMPORT_ROOT = Path(os.path.abspath(__file__)).parents[2]
 
 
 class RecordSink:
-    """Frames go to ``python -m forge_cli.proxy.writer`` over stdin; commits come back on its stdout.
+    """Frames go to ``python -m forge_cli.remote.mitmproxy.writer`` over stdin; commits come back on its stdout.
 
     ``send`` returns once the frame is in the pipe (the writer outlives a crashed proxy and still
     commits it); it blocks only when the writer falls a whole pipe buffer behind (back-pressure).
@@ -28,9 +28,9 @@ class RecordSink:
 
     def __init__(self, store_path: str, python: str | None = None) -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(IMPORT_ROOT)  # the writer imports forge_cli.traces and forge_cli.proxy.wire only
+        env["PYTHONPATH"] = str(IMPORT_ROOT)  # the writer imports forge_cli.traces and forge_cli.proxy only
         self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", "forge_cli.proxy.writer", store_path],
+            [python or sys.executable, "-m", "forge_cli.remote.mitmproxy.writer", store_path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=str(IMPORT_ROOT),
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from forge_cli.proxy import writer
+from forge_cli.proxy import assemble
 from forge_cli.proxy.wire import FORMATS, route, sse
 from forge_cli.proxy.wire.base import BadRequest, Limits, Prepared, WireFormat
 from forge_cli.traces import store
@@ -173,8 +173,8 @@ def writer_row_has_every_column(fmt: WireFormat, request: Request) -> None:
     path, body = request(True)
     meta = {"type": "call", "rollout_id": "r", "seq": 0, "wire_format": fmt.name, "path": path, "stream": True,
             "wants_token_ids": prep.wants_token_ids, "wants_logprobs": prep.wants_logprobs}
-    row = dict(zip(store.CALL_FIELDS, writer.build_row(meta, {"request": json.dumps(body).encode(),
-                                                              "response": stream(True)}), strict=True))
+    row = dict(zip(store.CALL_FIELDS, assemble.build_row(meta, {"request": json.dumps(body).encode(),
+                                                                "response": stream(True)}), strict=True))
     _expect((row["wire_format"], row["status"], row["finish_reason"]) == (fmt.name, "ok", "tool_calls"),
             f"the row's format, status and finish reason: {row['wire_format']}, {row['status']}, "
             f"{row['finish_reason']}")

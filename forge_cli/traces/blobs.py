@@ -1,9 +1,9 @@
 """Images (and other large inline payloads) in records, stored once by content hash.
 
 A harness that sends screenshots sends the same images again on every later call of its conversation. The store
-writer (``writer.py``) takes each inline image out of a record's request JSON and keeps it once in the store's
-``blobs`` table, under its SHA-256; the request keeps the reference ``forge-blob:sha256:<hex>`` where the string was.
-What is taken out, in all four wire formats:
+writer (``remote/mitmproxy/writer.py``) takes each inline image out of a record's request JSON and keeps it once in the
+store's ``blobs`` table, under its SHA-256; the request keeps the reference ``forge-blob:sha256:<hex>`` where the
+string was. What is taken out, in all four wire formats:
 
 - a ``data:<mime>;base64,...`` URL anywhere (Chat Completions ``image_url.url``, Responses ``input_image``'s
   ``image_url``);

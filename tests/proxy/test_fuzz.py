@@ -199,12 +199,12 @@ def test_fuzz_module_is_a_library(tmp_path: Path) -> None:
 
 def test_writer_binds_values_of_any_type(tmp_path: Path) -> None:
     """A client's ``"model": [1]`` or a lone surrogate once made every later commit fail and the writer exit."""
-    from forge_cli.proxy import writer
+    from forge_cli.proxy import assemble
     from forge_cli.traces import frames, store
 
     conn = store.open_store(tmp_path / "t.sqlite")
     base = {"type": "call", "rollout_id": "r", "wire_format": "chat", "status": "ok", "http_status": 200}
     bodies = [frames.encode({**base, "n": i + 1, "seq": i, "model": model}, {"request": b"{}", "response": b"{}"})
               for i, model in enumerate(([1], {"a": None}, "\ud800", 10**30, "m"))]
-    assert writer.apply(conn, [frames.split(bytearray(b))[0] for b in bodies]) == 5
+    assert assemble.apply(conn, [frames.split(bytearray(b))[0] for b in bodies]) == 5
     assert [r.model for r in store.iter_calls(conn, "r")] == ["[1]", '{"a":null}', "?", str(10**30), "m"]

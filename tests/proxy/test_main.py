@@ -1,4 +1,5 @@
-"""The proxy process entry point (``forge_cli.proxy.main``): lean addon set, clear option errors, no reloads."""
+"""The proxy process entry point (``forge_cli.remote.mitmproxy.main``): lean addon set, clear option errors, no
+reloads."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.proxy.conftest import FakeUpstream, need_mitmdump
 
 def _run_main(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     need_mitmdump()
-    return subprocess.run([str(mitmdump_path().with_name("python")), "-m", "forge_cli.proxy.main", *args],
+    return subprocess.run([str(mitmdump_path().with_name("python")), "-m", "forge_cli.remote.mitmproxy.main", *args],
                           capture_output=True, text=True, timeout=timeout, cwd=REPO,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -36,5 +37,5 @@ def test_missing_forge_settings_exit_non_zero(fake_upstream: FakeUpstream) -> No
 def test_loads_only_the_core_addons_and_forge(proxy: ProxyHandle) -> None:
     """The running proxy is forge's entry point, not mitmdump with its ~35 default addons and script loader."""
     cmdline = Path(f"/proc/{proxy.process.pid}/cmdline").read_bytes().split(b"\0")
-    assert b"forge_cli.proxy.main" in cmdline and b"-s" not in cmdline
+    assert b"forge_cli.remote.mitmproxy.main" in cmdline and b"-s" not in cmdline
     assert httpx.get(proxy.url + "/forge/v1/health", timeout=5).status_code == 200

@@ -1,5 +1,6 @@
 """forge's proxy uses mitmproxy through public names only: no import of, access to or assignment to a ``_``-prefixed
-mitmproxy module, class or attribute anywhere in ``forge_cli/proxy`` (what remains below mitmproxy's hooks is in
+mitmproxy module, class or attribute anywhere in ``forge_cli/proxy`` or in its process entry points
+(``forge_cli/remote/mitmproxy``) (what remains below mitmproxy's hooks is in
 ``transport.py``, through public attributes, with the reasons in its docstring)."""
 
 from __future__ import annotations
@@ -7,7 +8,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PROXY = Path(__file__).resolve().parents[2] / "forge_cli" / "proxy"
+PACKAGE = Path(__file__).resolve().parents[2] / "forge_cli"
+PROXY = PACKAGE / "proxy"
+ENTRY = PACKAGE / "remote" / "mitmproxy"  # the proxy process (mitmproxy's master) and its store writer
 
 
 def _private(name: str) -> bool:
@@ -42,7 +45,7 @@ def private_mitmproxy_uses(source: str) -> list[str]:
 
 
 def test_forge_proxy_uses_no_private_mitmproxy_name() -> None:
-    problems = {str(path.relative_to(PROXY)): uses for path in sorted(PROXY.rglob("*.py"))
+    problems = {str(path.relative_to(PACKAGE)): uses for path in sorted([*PROXY.rglob("*.py"), *ENTRY.rglob("*.py")])
                 if (uses := private_mitmproxy_uses(path.read_text()))}
     assert problems == {}
 

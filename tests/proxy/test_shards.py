@@ -73,7 +73,7 @@ def _pid_listening(port: int) -> int:
     """The capture proxy process serving ``port`` (its command line names the port)."""
     out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     for line in out.splitlines():
-        if "forge_cli.proxy.main" in line and f":{port}" in line:
+        if "forge_cli.remote.mitmproxy.main" in line and f":{port}" in line:
             return int(line.split()[0])
     raise AssertionError(f"no proxy process for port {port}")
 

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 # forge's modules come from, and that the rest of forge and of forge's environment cannot be imported
 CHILD_PROBE = """
 import importlib.util, json, sys
-import forge_cli.proxy.main, forge_cli.proxy.writer, h11
+import forge_cli.remote.mitmproxy.main, forge_cli.remote.mitmproxy.writer, h11
 print(json.dumps({
     "path": [p for p in sys.path],
     "forge": sorted({m.__file__ for n, m in sys.modules.items() if n.split(".")[0] == "forge_cli"}),
@@ -71,7 +71,7 @@ def test_wheel_install_proxy_starts_records_and_child_sees_only_proxy_packages(
           str(wheel)])
     site = Path(_run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                      cwd=tmp_path).stdout.strip())
-    assert (site / "h11").is_dir() and (site / "forge_cli" / "proxy" / "main.py").is_file()
+    assert (site / "h11").is_dir() and (site / "forge_cli" / "remote" / "mitmproxy" / "main.py").is_file()
 
     # FORGE_HOME of its own (the import-path cache lands there), sharing the mitmproxy environment setup.sh built
     home = tmp_path / "home"
@@ -107,7 +107,10 @@ def test_wheel_install_proxy_starts_records_and_child_sees_only_proxy_packages(
         assert root == child_cwd == _environ(writer)["PYTHONPATH"] == os.readlink(f"/proc/{writer}/cwd")
         assert Path(root).is_relative_to(home)
         assert sorted(p.name for p in (Path(root) / "forge_cli").iterdir() if p.name != "__pycache__") == [
-            "__init__.py", "plugins.py", "proxy", "traces"]  # plugins.py: the registry the wire formats use
+            "__init__.py", "plugins.py", "proxy", "remote", "traces"]  # plugins.py: the registry the wire formats use
+        # remote/: the proxy's own entry points (mitmproxy/), none of the other places' (verl/, osworld/, sandbox/)
+        assert sorted(p.name for p in (Path(root) / "forge_cli" / "remote").iterdir() if p.name != "__pycache__") == [
+            "__init__.py", "mitmproxy"]
         mitm_python = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].decode()
         probe = json.loads(_run([mitm_python, "-c", CHILD_PROBE], cwd=child_cwd, env=child_env).stdout)
     finally:

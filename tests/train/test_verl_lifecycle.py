@@ -29,7 +29,7 @@ WORKER = r'''
 import asyncio, json, os, signal, sys
 sys.path.insert(0, sys.argv[5])
 import psutil
-from forge_cli.train.verl import agent_loop
+from forge_cli.remote.verl import agent_loop
 config, rollouts, upstream, mode = sys.argv[1:5]
 
 

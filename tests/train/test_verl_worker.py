@@ -78,7 +78,7 @@ sampling = dict(temperature=config.temperature, top_p=config.top_p, top_k=config
                 logprobs=config.calculate_log_probs)
 trajectory = {"validate": False, "step": 1, "sample_index": 0, "rollout_n": 0}
 asyncio.run(worker._run_prompt(prompt, sampling, trajectory=trajectory, trace=False))
-from forge_cli.train.verl.agent_loop import close_runtime
+from forge_cli.remote.verl.agent_loop import close_runtime
 close_runtime()
 out = {"task": str(prompt["forge_task_id"]), "status": [t["status"] for p in puts if p["fields"] is None
                                                         for t in p["tags"]], "rows": []}

@@ -18,9 +18,9 @@ output, in segment order:
   weight versions, status, treatment, calls merged, tokens truncated.
 
 A rollout forge drops (``BuiltRollout.dropped``: infra error, a drop treatment) converts to ``[]``: veRL's V1
-worker logs "Empty output" and stores no row for it, so its group trains without it (see ``agent_loop.py``). A
-masked rollout (timeout / over-length with treatment ``mask``) keeps its reward for the group's statistics and
-has an all-zero ``response_mask``: its advantage reaches no token.
+worker logs "Empty output" and stores no row for it, so its group trains without it (see
+``remote/verl/agent_loop.py``). A masked rollout (timeout / over-length with treatment ``mask``) keeps its reward
+for the group's statistics and has an all-zero ``response_mask``: its advantage reaches no token.
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def preflight(exp: Experiment) -> None:
         raise UserError("trainer=verl cannot start on this machine:\n  "
                         + "\n  ".join(f"{c.name}: {c.detail}" for c in missing),
                         fix="; ".join(dict.fromkeys(c.fix for c in missing if c.fix)))
-    probe = subprocess.run([str(verl_python()), "-c", "import forge_cli.train.verl.agent_loop"],
+    probe = subprocess.run([str(verl_python()), "-c", "import forge_cli.remote.verl.agent_loop"],
                            capture_output=True, text=True, timeout=300, check=False)
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]

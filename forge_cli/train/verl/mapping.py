@@ -28,7 +28,8 @@ VERL_VERSION = "0.9.1"
 # veRL's config name per actor strategy (verl/trainer/config/)
 CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
 AGENT_NAME = "forge_harness"
-AGENT_LOOP_TARGET = "forge_cli.train.verl.agent_loop.ForgeHarnessAgentLoop"
+# runs in veRL's Ray workers (forge_cli/remote/verl/); the old path, forge_cli.train.verl.agent_loop, is an alias
+AGENT_LOOP_TARGET = "forge_cli.remote.verl.agent_loop.ForgeHarnessAgentLoop"
 SAMPLER = ("pkg://forge_cli.train.verl.sampler", "ForgeReplayBuffer")
 # compute_grpo_outcome_advantage's epsilon: a function default, no config key
 VERL_GRPO_EPSILON = 1e-6

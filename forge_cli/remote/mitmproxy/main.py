@@ -1,8 +1,8 @@
 """The capture proxy process: mitmproxy's proxy core with just the addons forge needs, plus forge's own.
 
-    <mitmproxy env>/bin/python -m forge_cli.proxy.main --mode reverse:URL@127.0.0.1:PORT [--set key=value ...]
+    <mitmproxy env>/bin/python -m forge_cli.remote.mitmproxy.main --mode reverse:URL@127.0.0.1:PORT [--set k=v ...]
 
-Run inside mitmproxy's virtual environment as a child process (``launcher.py`` starts it), like ``mitmdump``
+Run inside mitmproxy's virtual environment as a child process (``proxy/launcher.py`` starts it), like ``mitmdump``
 but without mitmdump's ~35 default addons (playback, map-local/remote, cookies, HAR export, the flow
 dumper, the script loader...). mitmproxy dispatches every hook of every request to every loaded addon;
 on this machine that dispatch alone cost more CPU per request than forge's addon (benchmarks/proxy.py).
