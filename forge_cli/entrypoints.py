@@ -41,7 +41,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("forge_cli.remote.verl.agent_loop", "env:verl",
                "forge's agent loop inside veRL's Ray workers (trainer=verl): runs forge rollouts through the proxy",
                ("forge_cli",)),
-    EntryPoint("forge_cli.envs.osworld.host_runner", "env:osworld",
+    EntryPoint("forge_cli.remote.osworld.host_runner", "env:osworld",
                "OSWorld's own task setup and scoring (desktop_env), run per call by the desktop tool session",
                ()),
     EntryPoint("forge_cli.harness.react_agent", "sandbox",

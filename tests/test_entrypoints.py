@@ -67,7 +67,7 @@ def test_the_agent_loop_imports_in_verls_environment() -> None:
 
 @pytest.mark.requires("osworld")
 def test_the_host_runner_starts_in_osworlds_environment() -> None:
-    done = _run([str(env_python("osworld")), str(PACKAGE / "envs" / "osworld" / "host_runner.py"), "--help"])
+    done = _run([str(env_python("osworld")), str(PACKAGE / "remote" / "osworld" / "host_runner.py"), "--help"])
     assert done.returncode == 0 and "host_runner.py" in done.stdout, done.stderr[-3000:]
 
 

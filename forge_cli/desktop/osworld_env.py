@@ -2,7 +2,7 @@
 
 ``desktop-env`` and the libraries its evaluators import live in ``$FORGE_HOME/envs/osworld`` (``scripts/setup.sh
 osworld``), apart from forge's environment as vLLM and mitmproxy are. forge runs
-``forge_cli/envs/osworld/host_runner.py`` there (a standalone script: no forge imports) with the task's JSON and the
+``forge_cli/remote/osworld/host_runner.py`` there (a standalone script: no forge imports) with the task's JSON and the
 desktop's relayed ports; it answers with one JSON line on stdout and logs to stderr (kept in the rollout's
 ``desktop/<step>.log``).
 """
@@ -20,7 +20,7 @@ from typing import Any
 from forge_cli.errors import UserError
 from forge_cli.paths import env_python, forge_home
 
-HOST_RUNNER = Path(__file__).resolve().parent.parent / "envs" / "osworld" / "host_runner.py"
+HOST_RUNNER = Path(__file__).resolve().parents[1] / "remote" / "osworld" / "host_runner.py"
 INSTALL = "scripts/setup.sh osworld"
 
 

@@ -1,4 +1,4 @@
-"""forge_cli/envs/osworld/host_runner.py in OSWorld's environment ($FORGE_HOME/envs/osworld): fetch, setup, evaluate.
+"""forge_cli/remote/osworld/host_runner.py in OSWorld's environment ($FORGE_HOME/envs/osworld): fetch, setup, evaluate.
 
 (a) ``fetch`` against a loopback HTTP server standing in for the file hosts; needs.py then finds the task runnable
 offline. (b) ``setup`` + ``evaluate`` through OSWorld's own DesktopEnv (forge's provider) against forge's desktop
@@ -28,7 +28,7 @@ from forge_cli.paths import env_python
 from tests.desktop.conftest import DesktopSession, desktop_session  # noqa: F401  (the session fixture)
 from tests.requires import requires
 
-RUNNER = Path(__file__).resolve().parents[2] / "forge_cli" / "envs" / "osworld" / "host_runner.py"
+RUNNER = Path(__file__).resolve().parents[2] / "forge_cli" / "remote" / "osworld" / "host_runner.py"
 FILES = {"/files/note.txt": b"hello from the task\n", "/files/gold.txt": b"forge wrote this\n",
          "/files/a.csv": b"a,b\n1,2\n", "/files/b.csv": b"c\n3\n"}
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from forge_cli.envs.osworld import host_runner
 from forge_cli.envs.osworld.needs import (
     HISTORY_DB_NAME,
     HISTORY_DB_URL,
@@ -22,6 +21,7 @@ from forge_cli.envs.osworld.needs import (
     task_urls,
     unmet_needs,
 )
+from forge_cli.remote.osworld import host_runner
 
 FILES = "https://files.example.org/osworld"
 

@@ -14,8 +14,8 @@ run in a ``forge-desktop`` container; an empty list means it can. Each reason re
 ``task_files(task)`` lists the files its setup and evaluator download, with the name each has in OSWorld's cache
 (``<cache_dir>/<task id>/<name>``, the layout ``desktop_env`` itself reads: ``SetupController._download_setup``
 names a ``download`` step's file ``<uuid5(URL namespace, url)>_<basename of its VM path>``, ``get_cloud_file``
-uses the ``dest`` as is). ``forge osworld fetch`` downloads them (host_runner.py ``fetch`` does the same, with
-desktop_env's python, for a standalone run).
+uses the ``dest`` as is). ``forge osworld fetch`` downloads them (``remote/osworld/host_runner.py fetch`` does the
+same, with desktop_env's python, for a standalone run).
 """
 
 from __future__ import annotations
