@@ -38,6 +38,21 @@ def test_forge_imports_stay_within_what_the_interpreter_has(module: str) -> None
     assert [m for m in sorted(used) if not _allowed(entry, m)] == []
 
 
+def test_the_tree_shows_where_each_entry_point_runs() -> None:
+    """Every module under forge_cli/remote/ is an entry point of the table, in the subpackage named for where it
+    runs, and every entry point of forge_cli's own modules is there (the desktop image's files are the image's)."""
+    remote = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+              for p in (PACKAGE / "remote").rglob("*.py") if p.name != "__init__.py"}
+    assert remote == {e.module for e in ENTRY_POINTS if e.module.startswith("forge_cli.")}
+    for entry in ENTRY_POINTS:
+        if entry.module.startswith("forge_cli."):
+            assert entry.module.split(".")[2] == entry.interpreter.split(":")[-1], entry
+    # and the places import nothing of each other (one independence contract over every subpackage)
+    [places] = [c for c in CONTRACTS if c["type"] == "independence"]
+    assert sorted(places["modules"]) == sorted(f"forge_cli.remote.{p.name}" for p in (PACKAGE / "remote").iterdir()
+                                               if (p / "__init__.py").is_file())
+
+
 def test_no_module_of_forges_own_process_may_import_the_remote_package() -> None:
     [contract] = [c for c in CONTRACTS if c.get("forbidden_modules") == ["forge_cli.remote"]]
     top = {f"forge_cli.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE)])} - {"forge_cli.remote"}
@@ -73,7 +88,7 @@ def test_the_host_runner_starts_in_osworlds_environment() -> None:
 
 def test_the_react_agent_starts_on_the_standard_library_alone() -> None:
     # -I -S: no environment variables, no site-packages, not even the script's own directory: the standard library
-    done = _run([sys.executable, "-I", "-S", str(PACKAGE / "harness" / "react_agent.py"), "--help"])
+    done = _run([sys.executable, "-I", "-S", str(PACKAGE / "remote" / "sandbox" / "react_agent.py"), "--help"])
     assert done.returncode == 0 and "forge-react" in done.stdout, done.stderr[-3000:]
 
 

@@ -228,7 +228,7 @@ def test_user_provided_binary(tmp_path: Path) -> None:
 
 
 def test_builtin_react_bundle(tmp_path: Path) -> None:
-    source = Path(__file__).resolve().parents[2] / "forge_cli" / "harness" / "react_agent.py"
+    source = Path(__file__).resolve().parents[2] / "forge_cli" / "remote" / "sandbox" / "react_agent.py"
     result = install(tmp_path, "react", "--json")
     if not source.is_file():  # the builtin agent has not landed in this checkout: the message says so
         assert result.returncode == 1 and "react" in result.stderr and "Traceback" not in result.stderr

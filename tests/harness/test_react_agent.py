@@ -1,4 +1,4 @@
-"""forge-react (``forge_cli/harness/react_agent.py``) run as a subprocess against a scripted loopback
+"""forge-react (``forge_cli/remote/sandbox/react_agent.py``) run as a subprocess against a scripted loopback
 Chat Completions server: structured tool calls, the text protocol, the append-only history, auth,
 server failures, step and context limits, and tool timeouts."""
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-AGENT = Path(__file__).resolve().parents[2] / "forge_cli" / "harness" / "react_agent.py"
+AGENT = Path(__file__).resolve().parents[2] / "forge_cli" / "remote" / "sandbox" / "react_agent.py"
 PYTHON = shutil.which("python3") or sys.executable
 # a scripted reply: a dict (JSON body, HTTP 200), ("status", code, text), ("close",) or ("sleep", seconds)
 Reply = dict[str, Any] | tuple[Any, ...]

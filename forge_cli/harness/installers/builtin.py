@@ -1,4 +1,4 @@
-"""``manager: builtin``: forge's own harness, one stdlib Python file shipped in ``forge_cli/harness/``
+"""``manager: builtin``: forge's own harness, one stdlib Python file shipped in ``forge_cli/remote/sandbox/``
 (``react_agent.py``), copied into the bundle and reinstalled from this checkout before every run."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def builtin_source(harness: HarnessConfig) -> Path:
     """The shipped file of a builtin harness, by package name (``forge-react`` → ``react_agent.py``), so
     that options derived from it under other names (``--config-dir``) reuse it."""
     name = (harness.package.name or harness.name).removeprefix("forge-")
-    return Path(__file__).resolve().parents[1] / f"{name}_agent.py"
+    return Path(__file__).resolve().parents[2] / "remote" / "sandbox" / f"{name}_agent.py"
 
 
 class BuiltinInstaller(Installer, manager="builtin"):
