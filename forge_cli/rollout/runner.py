@@ -9,8 +9,8 @@ import logging
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,13 +19,12 @@ from forge_cli.envs.services import ServiceError, Services, url_env
 from forge_cli.envs.source import SetupError, TaskSource
 from forge_cli.envs.task import Task
 from forge_cli.envs.verifier import Score, VerifierError, VerifyContext, new_reward_dir, run_verifier
-from forge_cli.harness.adapter import RolloutContext, ToolsContext, harness_tools, prepare
+from forge_cli.harness.adapter import Invocation, RolloutContext, ToolsContext, harness_tools, prepare
 from forge_cli.proxy.client import ProxyUnreachable
 from forge_cli.rollout import tamper
 from forge_cli.rollout.result import RolloutResult, Status, ending_status
 from forge_cli.rollout.spec import build_spec, task_workdir
 from forge_cli.runtime.base import ExecResult, Sandbox, SandboxError, Stream
-from forge_cli.runtime.registry import create_sandbox
 from forge_cli.runtime.spec import SANDBOX_HOME, ProxyEndpoint
 
 TAIL = 2000
@@ -81,6 +80,8 @@ class RunContext:
     endpoint: ProxyEndpoint
     # where the tasks come from (prepares each task in its sandbox)
     source: TaskSource
+    # the sandbox backend of ``exp.runtime.kind``, looked up once for the run (``runtime.registry.backend``)
+    sandbox_class: type[Sandbox]
     # the tool server (None: no task of the run has tools)
     tools: Tools | None = None
     # the env's services (None: the env has none)
@@ -115,55 +116,122 @@ class _LogWriter:
 
 
 async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
-    """Run one rollout to a result; never raises for anything the harness, sandbox, services or verifier do."""
-    exp, task = ctx.exp, job.task
+    """Run one rollout to a result; never raises for anything the harness, sandbox, services or verifier do.
+
+    The rollout runs as phases, each entered on one exit stack that holds its cleanup: the proxy (register; at the
+    end its records set the counts and the status it is told), the tools (register; unregister), the task's
+    instruction, the env's services (start; stop), the sandbox (create and prepare; stop), the harness, the
+    verifier. A phase that fails ends the rollout with the status its error maps to (``_FAILURES``); the
+    cleanups of the phases entered so far then run once, in reverse order, whatever happened.
+    """
+    task = job.task
     log_dir = ctx.run_dir / "rollouts" / job.rollout_id
     log_dir.mkdir(parents=True, exist_ok=True)
     result = RolloutResult(rollout_id=job.rollout_id, task_id=task.id, group_id=job.group_id,
-                           harness=exp.harness.name, status="infra_error", logs=str(log_dir), step=job.step,
+                           harness=ctx.exp.harness.name, status="infra_error", logs=str(log_dir), step=job.step,
                            sample=job.sample, category=task.category)
-    started = time.monotonic()
-    sandbox: Sandbox | None = None
-    registered = tools_registered = False
-    try:
-        info = await asyncio.to_thread(ctx.proxy.register, job.rollout_id, task=task.id, group_id=job.group_id,
-                                       harness=exp.harness.name,
-                                       meta={"sample": job.sample, "step": job.step, "run": ctx.run_id},
-                                       **({"sampling": job.sampling} if job.sampling else {}))
-        registered = True
-        tools = None
-        cdp_url = None
-        if task.tools:
-            if ctx.tools is None:
-                raise RuntimeError(f"task {task.id} has tools but the run has no tool server")
-            grant = await asyncio.to_thread(ctx.tools.register, job.rollout_id, task.tools, task.tool_state,
-                                            log_dir / "tool_calls.jsonl")
-            tools_registered = True
-            given, native = harness_tools(exp.harness, task.tools)
-            tools = ToolsContext(given, grant.url, grant.key) if given else None
-            if native:
-                cdp_url = ctx.tools.browser_cdp_url(job.rollout_id)
-        instruction = await asyncio.to_thread(ctx.source.instruction, task, _tool_state(ctx, job.rollout_id))
-        service_urls = await ctx.services.start_rollout(job.rollout_id, log_dir) if ctx.services else {}
-        # sandbox paths as in a container; the local backend maps them to its own directories
-        invocation = prepare(exp.harness, exp.model, RolloutContext(
-            rollout_id=job.rollout_id, proxy_url=str(info.get("sandbox_url") or ctx.endpoint.url),
-            api_key=str(info["key"]),
-            instruction=instruction, workdir=task_workdir(exp, task), home=SANDBOX_HOME,
-            bundle=exp.runtime.bundle_mount, tools=tools, browser_cdp_url=cdp_url))
-        spec = build_spec(exp, ctx.run_id, job.rollout_id, task, {**invocation.env, **url_env(service_urls)},
-                          invocation.files, image=ctx.source.image(task))
-        sandbox = await create_sandbox(spec, exp.runtime, log_dir=log_dir)
-        await sandbox.exec(["mkdir", "-p", SANDBOX_HOME], timeout=30)
-        await ctx.source.prepare(sandbox, task)
-        # what the filesystem looks like before the harness runs, where the backend can tell from outside (docker)
-        baseline = await tamper.system_changes(sandbox)
-        result.durations["setup"] = round(time.monotonic() - started, 3)
-
-        phase = time.monotonic()
-        writer = _LogWriter(log_dir)
+    rollout = _Rollout(ctx, job, result, log_dir, time.monotonic())
+    async with contextlib.AsyncExitStack() as stack:
         try:
-            run = await sandbox.exec(invocation.argv, timeout=min(invocation.timeout_s, rollout_timeout(exp, task)),
+            await rollout.run(stack)
+        except Exception as error:  # recorded before the cleanups run: the proxy is told the status it maps to
+            _failed(result, error, log_dir)
+    result.durations["total"] = round(time.monotonic() - rollout.started, 3)
+    return result
+
+
+@dataclass
+class _Rollout:
+    """The phases of one rollout (``run_rollout``); what a phase makes is kept for the phases after it."""
+
+    ctx: RunContext
+    job: RolloutJob
+    result: RolloutResult
+    log_dir: Path
+    started: float
+    info: dict[str, object] = field(default_factory=dict)
+    tools: ToolsContext | None = None
+    cdp_url: str | None = None
+    service_urls: dict[str, str] = field(default_factory=dict)
+
+    async def run(self, stack: contextlib.AsyncExitStack) -> None:
+        await self.proxy(stack)
+        await self.task_tools(stack)
+        instruction = await asyncio.to_thread(self.ctx.source.instruction, self.job.task,
+                                              _tool_state(self.ctx, self.job.rollout_id))
+        await self.services(stack)
+        invocation = self.invocation(instruction)
+        sandbox, baseline = await self.sandbox(stack, invocation)
+        self.result.durations["setup"] = round(time.monotonic() - self.started, 3)
+        run, tampering = await self.harness(sandbox, invocation)
+        await self.verify(sandbox, run, baseline, tampering)
+
+    # ------------------------------------------------------------------ phases, in order
+    async def proxy(self, stack: contextlib.AsyncExitStack) -> None:
+        """Register the rollout at the capture proxy (its key and URL); at the end, read its records."""
+        ctx, job = self.ctx, self.job
+        self.info = await asyncio.to_thread(
+            ctx.proxy.register, job.rollout_id, task=job.task.id, group_id=job.group_id,
+            harness=ctx.exp.harness.name, meta={"sample": job.sample, "step": job.step, "run": ctx.run_id},
+            **({"sampling": job.sampling} if job.sampling else {}))
+        stack.push_async_callback(self._close_proxy)
+
+    async def task_tools(self, stack: contextlib.AsyncExitStack) -> None:
+        """The task's tools at the tool server (none: nothing to do); the harness is given the ones it does not
+        replace with its own (a native browser reaches the rollout's browser over CDP)."""
+        ctx, job = self.ctx, self.job
+        if not job.task.tools:
+            return
+        if ctx.tools is None:
+            raise RuntimeError(f"task {job.task.id} has tools but the run has no tool server")
+        grant = await asyncio.to_thread(ctx.tools.register, job.rollout_id, job.task.tools, job.task.tool_state,
+                                        self.log_dir / "tool_calls.jsonl")
+        stack.push_async_callback(self._close_tools, ctx.tools)
+        given, native = harness_tools(ctx.exp.harness, job.task.tools)
+        self.tools = ToolsContext(given, grant.url, grant.key) if given else None
+        if native:
+            self.cdp_url = ctx.tools.browser_cdp_url(job.rollout_id)
+
+    async def services(self, stack: contextlib.AsyncExitStack) -> None:
+        """The env's per-rollout services (none: nothing to do); stopped at the end even if they half started."""
+        if self.ctx.services is None:
+            return
+        stack.push_async_callback(_quietly, self.ctx.services.stop_rollout, self.job.rollout_id)
+        self.service_urls = await self.ctx.services.start_rollout(self.job.rollout_id, self.log_dir)
+
+    def invocation(self, instruction: str) -> Invocation:
+        """The harness's config files, env vars and one-shot command for this rollout (sandbox paths as in a
+        container; the local backend maps them to its own directories)."""
+        ctx, job = self.ctx, self.job
+        return prepare(ctx.exp.harness, ctx.exp.model, RolloutContext(
+            rollout_id=job.rollout_id, proxy_url=str(self.info.get("sandbox_url") or ctx.endpoint.url),
+            api_key=str(self.info["key"]), instruction=instruction, workdir=task_workdir(ctx.exp, job.task),
+            home=SANDBOX_HOME, bundle=ctx.exp.runtime.bundle_mount, tools=self.tools,
+            browser_cdp_url=self.cdp_url))
+
+    async def sandbox(self, stack: contextlib.AsyncExitStack,
+                      invocation: Invocation) -> tuple[Sandbox, dict[str, int] | None]:
+        """The rollout's sandbox, created by the run's backend and prepared by the task source; returns it with
+        what its filesystem looks like before the harness runs (where the backend can tell from outside)."""
+        ctx, job = self.ctx, self.job
+        spec = build_spec(ctx.exp, ctx.run_id, job.rollout_id, job.task,
+                          {**invocation.env, **url_env(self.service_urls)}, invocation.files,
+                          image=ctx.source.image(job.task), backend_class=ctx.sandbox_class)
+        sandbox = await ctx.sandbox_class.create(spec, ctx.exp.runtime, log_dir=self.log_dir)
+        stack.push_async_callback(_quietly, lambda: asyncio.shield(sandbox.stop()))
+        await sandbox.exec(["mkdir", "-p", SANDBOX_HOME], timeout=30)
+        await ctx.source.prepare(sandbox, job.task)
+        return sandbox, await tamper.system_changes(sandbox)
+
+    async def harness(self, sandbox: Sandbox, invocation: Invocation) -> tuple[ExecResult, tamper.TamperLog]:
+        """The harness, one-shot, its output streamed to files; then nothing it started may act any more (not
+        while hidden files go in, not while verifying)."""
+        exp, result = self.ctx.exp, self.result
+        phase = time.monotonic()
+        writer = _LogWriter(self.log_dir)
+        try:
+            run = await sandbox.exec(invocation.argv,
+                                     timeout=min(invocation.timeout_s, rollout_timeout(exp, self.job.task)),
                                      on_output=writer, output_limit=1 << 20)
         finally:
             writer.close()
@@ -172,16 +240,20 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
         result.status = harness_status(exp, run)
         if result.status != "ok":
             result.error = _tail(run.stderr) or _tail(run.stdout) or f"exit code {run.exit_code}"
-        # nothing the agent started may act after it exited: not while hidden files go in, not while verifying
-        tampering = tamper.TamperLog(log_dir)
+        tampering = tamper.TamperLog(self.log_dir)
         await tamper.log_survivors(sandbox, tampering)
         await sandbox.kill_processes()
+        return run, tampering
 
-        if task.verifier is not None:
+    async def verify(self, sandbox: Sandbox, run: ExecResult, baseline: dict[str, int] | None,
+                     tampering: tamper.TamperLog) -> None:
+        """The task's verifier (none: unscored); what the harness tampered with is kept beside its score."""
+        result = self.result
+        if self.job.task.verifier is not None:
             phase = time.monotonic()
             try:
-                score = await _verify(ctx, job, sandbox, log_dir, run, result.status, service_urls, baseline,
-                                      tampering)
+                score = await _verify(self.ctx, self.job, sandbox, self.log_dir, run, result.status,
+                                      self.service_urls, baseline, tampering)
             finally:
                 result.durations["verify"] = round(time.monotonic() - phase, 3)
             result.reward, result.passed = score.reward, score.passed
@@ -191,48 +263,53 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
                 result.error = f"not judged: {score.details['not_judged']}"
         if tampering.lines:
             result.verifier = {**(result.verifier or {}), "tamper": tampering.lines}
-    except SandboxError as error:
-        result.status = error.status
-        result.error = error.message
-    except VerifierError as error:
-        result.status = "infra_error"
+
+    # ------------------------------------------------------------------ cleanups
+    async def _close_tools(self, tools: Tools) -> None:
+        with contextlib.suppress(Exception):
+            self.result.tools = await asyncio.to_thread(tools.unregister, self.job.rollout_id)
+            self.result.tool_calls = int(self.result.tools.get("calls", 0))
+
+    async def _close_proxy(self) -> None:
+        """The calls first: they can change the status the proxy is then told (``ending_status``)."""
+        ctx, result, rid = self.ctx, self.result, self.job.rollout_id
+        try:
+            _apply_calls(result, await asyncio.to_thread(ctx.proxy.calls, rid), ctx.exp.harness.wire_api)
+        except ProxyUnreachable as exc:  # its proxy (replica) died: what the harness did says nothing
+            _proxy_lost(result, exc)
+        except Exception:  # a record that cannot be read leaves the counts at 0
+            pass
+        try:
+            await asyncio.to_thread(ctx.proxy.finish, rid, result.status)
+        except ProxyUnreachable as exc:
+            _proxy_lost(result, exc)
+        except Exception:  # the rollout's own result stands
+            pass
+
+
+async def _quietly(cleanup: Callable[..., Awaitable[object]], *args: object) -> None:
+    """A cleanup whose failure changes nothing about the rollout's result."""
+    with contextlib.suppress(Exception):
+        await cleanup(*args)
+
+
+def _failed(result: RolloutResult, error: Exception, log_dir: Path) -> None:
+    """The status and error a phase's failure gives the rollout: the sandbox's own status, an infra error for
+    the verifier, task setup and services, and for anything else (a service failed: proxy control API, sandbox
+    backend) an infra error with its traceback kept in ``rollout-error.log``; the run goes on."""
+    if isinstance(error, SandboxError):
+        result.status, result.error = error.status, error.message
+        return
+    result.status = "infra_error"
+    if isinstance(error, VerifierError):
         result.error = f"verifier failed: {error} (see {log_dir / 'verifier.log'})"
         result.reward = result.passed = None
-    except (SetupError, ServiceError) as error:
-        result.status = "infra_error"
+    elif isinstance(error, (SetupError, ServiceError)):
         result.error = str(error)
-    except Exception as error:  # a service failed (proxy control API, sandbox backend): recorded, run goes on
-        result.status = "infra_error"
+    else:
         result.error = f"{type(error).__name__}: {error}"
         with (log_dir / "rollout-error.log").open("a", encoding="utf-8") as f:
             f.write(traceback.format_exc())
-    finally:
-        if sandbox is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(sandbox.stop())
-        if ctx.services is not None:
-            with contextlib.suppress(Exception):
-                await ctx.services.stop_rollout(job.rollout_id)
-        if tools_registered and ctx.tools is not None:
-            with contextlib.suppress(Exception):
-                result.tools = await asyncio.to_thread(ctx.tools.unregister, job.rollout_id)
-                result.tool_calls = int(result.tools.get("calls", 0))
-        if registered:
-            # the calls first: they can change the status the proxy is told (ending_status)
-            try:
-                _apply_calls(result, await asyncio.to_thread(ctx.proxy.calls, job.rollout_id), exp.harness.wire_api)
-            except ProxyUnreachable as exc:  # its proxy (replica) died: what the harness did says nothing
-                _proxy_lost(result, exc)
-            except Exception:  # a record that cannot be read leaves the counts at 0
-                pass
-            try:
-                await asyncio.to_thread(ctx.proxy.finish, job.rollout_id, result.status)
-            except ProxyUnreachable as exc:
-                _proxy_lost(result, exc)
-            except Exception:  # the rollout's own result stands
-                pass
-        result.durations["total"] = round(time.monotonic() - started, 3)
-    return result
 
 
 def _tool_state(ctx: RunContext, rollout_id: str) -> Callable[[], dict[str, Any]]:

@@ -43,7 +43,8 @@ from forge_cli.rollout.runner import RolloutJob, RunContext
 from forge_cli.rollout.scheduler import OnResult, ResultLog, run_all
 from forge_cli.rollout.services import capture_proxy, check_proxy_port, policy_server, tool_server
 from forge_cli.rollout.spec import group_id, rollout_id
-from forge_cli.runtime.registry import backend, cleanup
+from forge_cli.runtime.base import Sandbox
+from forge_cli.runtime.registry import backend
 
 Say = Callable[[str], None]
 
@@ -94,6 +95,8 @@ class RolloutSession:
             self.run_id = self.run_dir.name
         self._stack = contextlib.ExitStack()
         self.ctx: RunContext | None = None
+        # the sandbox backend of exp.runtime.kind (looked up when the session starts)
+        self.sandbox_class: type[Sandbox] | None = None
         # the policy server's URL once the session started
         self.upstream = ""
         # 0 for a new run, then one more per resume (part of every rollout id)
@@ -108,10 +111,12 @@ class RolloutSession:
             self.say(context_note)
         exp = self.exp
         check_proxy_port(exp)  # before the policy server's minute of start-up, not after it
-        backend(exp.runtime.kind).check_proxy(exp.runtime, exp.proxy.url)
+        # the sandbox backend, looked up once for the run (its rollouts get it through the run's context)
+        sandbox_class = self.sandbox_class = backend(exp.runtime.kind)
+        sandbox_class.check_proxy(exp.runtime, exp.proxy.url)
         ensure_bundle(exp)
         # e.g. local sandboxes without isolation: printed on stderr now, kept in the run directory below
-        warnings = backend(exp.runtime.kind).preflight(exp.runtime, self.run_id)
+        warnings = sandbox_class.preflight(exp.runtime, self.run_id)
         self.taskset.source.build(self.taskset.tasks, exp.runtime.kind, self.say)
         if self.resumed:
             if not (self.run_dir / "config.yaml").is_file():
@@ -150,7 +155,8 @@ class RolloutSession:
                 stack.callback(services.stop)
                 services.start_run(self.run_dir)
             self.ctx = RunContext(exp=exp, run_id=self.run_id, run_dir=self.run_dir, proxy=proxy, endpoint=endpoint,
-                                  source=self.taskset.source, tools=tools, services=services)
+                                  source=self.taskset.source, sandbox_class=sandbox_class, tools=tools,
+                                  services=services)
             self.say(f"run {self.run_id}: proxy {proxy.url}; run directory {self.run_dir}")
         except BaseException:
             stack.close()
@@ -161,8 +167,10 @@ class RolloutSession:
         self._stack.close()
 
     def _cleanup_sandboxes(self) -> None:
+        if self.sandbox_class is None:
+            return
         with contextlib.suppress(Exception):
-            asyncio.run(cleanup(self.run_id, self.exp.runtime))
+            asyncio.run(self.sandbox_class.cleanup(self.run_id, self.exp.runtime))
 
     # ------------------------------------------------------------------ batches
     def jobs(self, tasks: list[Task], samples: int, step: int = 0, first_sample: int = 0) -> list[RolloutJob]:

@@ -12,6 +12,7 @@ import re
 from forge_cli.config.schema import Experiment, Resources
 from forge_cli.envs.task import Task
 from forge_cli.harness.bundle_paths import bundle_dir
+from forge_cli.runtime.base import Sandbox
 from forge_cli.runtime.registry import backend
 from forge_cli.runtime.spec import ProxyEndpoint, SandboxSpec, label_value
 
@@ -36,20 +37,20 @@ def group_id(run_id: str, task_id: str, step: int) -> str:
 
 
 def proxy_endpoint(exp: Experiment, port: int | None = None, url: str | None = None,
-                   replica: int = 0) -> ProxyEndpoint:
+                   replica: int = 0, backend_class: type[Sandbox] | None = None) -> ProxyEndpoint:
     """The capture proxy as the run's sandboxes reach it (``port``: where forge's own listens; default proxy.port).
     A proxy forge did not start (``url``, default the first of ``proxy.url``; ``replica``: its place in
     ``proxy.url``) is reached at its own address, or where the runtime says (a pod reaches an in-cluster replica by
     its StatefulSet name)."""
     url = url or (exp.proxy.url.split(",")[0].strip() if exp.proxy.url else None)
+    sandbox = backend_class or backend(exp.runtime.kind)
     if url:
         from urllib.parse import urlsplit
 
         parts = urlsplit(url)
-        return backend(exp.runtime.kind).proxy_endpoint(
+        return sandbox.proxy_endpoint(
             exp.runtime, str(parts.hostname), parts.port or (443 if parts.scheme == "https" else 80), replica)
-    return backend(exp.runtime.kind).proxy_endpoint(exp.runtime, exp.proxy.advertise_host,
-                                                    exp.proxy.port if port is None else port)
+    return sandbox.proxy_endpoint(exp.runtime, exp.proxy.advertise_host, exp.proxy.port if port is None else port)
 
 
 def task_workdir(exp: Experiment, task: Task) -> str:
@@ -64,14 +65,17 @@ def task_resources(exp: Experiment, task: Task) -> Resources:
 
 
 def build_spec(exp: Experiment, run_id: str, rid: str, task: Task, env: dict[str, str],
-               files: dict[str, str], image: str | None = None) -> SandboxSpec:
+               files: dict[str, str], image: str | None = None,
+               backend_class: type[Sandbox] | None = None) -> SandboxSpec:
     """The sandbox of one rollout: the task's image, its files, the harness bundle read-only. Its deadline covers
-    the harness (``task.timeout_s`` or ``rollout.timeout_s``) and the verifier after it."""
+    the harness (``task.timeout_s`` or ``rollout.timeout_s``) and the verifier after it. ``backend_class``: the
+    run's sandbox backend when the caller resolved it (a run's context does), else looked up by runtime kind."""
+    sandbox = backend_class or backend(exp.runtime.kind)
     verify_s = task.verifier_timeout_s or exp.env.verifier_timeout_s
     return SandboxSpec(
         run_id=run_id, rollout_id=rid, image=image or task.image or exp.env.image, workdir=task_workdir(exp, task),
         env=env, files={**task.files, **files}, resources=task_resources(exp, task),
-        network=backend(exp.runtime.kind).network(exp.runtime), proxy=proxy_endpoint(exp),
+        network=sandbox.network(exp.runtime), proxy=proxy_endpoint(exp, backend_class=sandbox),
         timeout_s=(task.timeout_s or exp.rollout.timeout_s) + verify_s + exp.env.setup_timeout_s,
         bundle_host_path=str(bundle_dir(exp.harness)), bundle_mount=exp.runtime.bundle_mount,
         labels={"forge.task": label_value(task.id)},
