@@ -47,6 +47,11 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
                "registered by its dotted path (train/verl/mapping.py; forge_cli.train.verl.agent_loop, the path "
                "earlier runs stored, is a deprecated alias of it)",
                ("forge_cli",)),
+    EntryPoint("forge_cli.remote.verl.sampler", "env:verl",
+               "forge's sampler in veRL's trainer process: veRL's sync replay buffer plus forge's rollout counters in "
+               "each step's metrics; named by its module path in trainer.v1.sampler.custom_sampler "
+               "(train/verl/mapping.py; forge_cli.train.verl.sampler, the path earlier runs stored, is an alias)",
+               ("forge_cli",)),
     EntryPoint("forge_cli.remote.osworld.host_runner", "env:osworld",
                "OSWorld's own task setup and scoring (desktop_env), run by its path per step by the desktop tool "
                "session (desktop/osworld_env.py)",

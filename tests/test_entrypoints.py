@@ -76,7 +76,8 @@ def test_the_proxy_and_its_writer_import_in_mitmproxys_environment_from_their_im
 
 @pytest.mark.requires("verl")
 def test_the_agent_loop_imports_in_verls_environment() -> None:
-    done = _run([str(env_python("verl")), "-c", "import forge_cli.remote.verl.agent_loop"])
+    done = _run([str(env_python("verl")), "-c",
+                 "import forge_cli.remote.verl.agent_loop, forge_cli.remote.verl.sampler"])
     assert done.returncode == 0, done.stderr[-3000:]
 
 

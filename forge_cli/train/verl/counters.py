@@ -4,9 +4,9 @@ veRL 0.9.1's V1 trainer logs what its rows carry and what its sampler returns; a
 dropped (``AgentLoopMetrics`` keeps fixed fields, V1 never reads them while training) and a dropped rollout has no
 row. So each agent-loop worker process keeps forge's counts (rollouts per ending status, dropped rollouts per reason,
 the sample builder's ``RolloutStats``) in a JSON file of its own under the run's ``rollouts/counters/``, rewritten
-after every rollout, and forge's sampler (``sampler.ForgeReplayBuffer``, in the trainer's process) adds what the
-files gained since its last batch to the step's metrics, under ``forge/`` (names with ``total`` are summed by veRL's
-``MetricsAggregator`` over a step's local updates).
+after every rollout, and forge's sampler (``remote/verl/sampler.py: ForgeReplayBuffer``, in the trainer's process)
+adds what the files gained since its last batch to the step's metrics, under ``forge/`` (names with ``total`` are
+summed by veRL's ``MetricsAggregator`` over a step's local updates).
 
 Importable without veRL (the agent loop and the sampler use it inside veRL's environment; tests here).
 """

@@ -30,7 +30,8 @@ CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_m
 AGENT_NAME = "forge_harness"
 # runs in veRL's Ray workers (forge_cli/remote/verl/); the old path, forge_cli.train.verl.agent_loop, is an alias
 AGENT_LOOP_TARGET = "forge_cli.remote.verl.agent_loop.ForgeHarnessAgentLoop"
-SAMPLER = ("pkg://forge_cli.train.verl.sampler", "ForgeReplayBuffer")
+# runs in veRL's trainer process (forge_cli/remote/verl/); forge_cli.train.verl.sampler is an alias of the old path
+SAMPLER = ("pkg://forge_cli.remote.verl.sampler", "ForgeReplayBuffer")
 # compute_grpo_outcome_advantage's epsilon: a function default, no config key
 VERL_GRPO_EPSILON = 1e-6
 # veRL's V1 pads a step's rows to a multiple of ppo_mini_batch_size x rollout.n and takes one optimizer step per

@@ -1,33 +1,14 @@
-"""``ForgeReplayBuffer``: veRL 0.9.1's sync replay buffer with forge's counters added to each batch's metrics
-(``counters``). Imported only inside veRL's environment; forge names it in ``trainer.v1.sampler.custom_sampler``.
+"""Deprecated alias: forge's sampler is ``forge_cli.remote.verl.sampler`` (it runs in veRL's trainer process).
 
-veRL gives a custom sampler only its base arguments; the ones its built-in sampler gets from the trainer (DAPO's
-filter metric, ``sync_refill_failed_groups``, the batch sizes) forge passes in ``trainer.v1.sampler.sampler_kwargs``
-with the same values veRL's ``_build_replay_buffer`` computes (``mapping.overrides``), beside
-``forge_counters_dir``.
+Kept for the commands an earlier forge wrote into run directories (``verl/command.sh``:
+``trainer.v1.sampler.custom_sampler.path=pkg://forge_cli.train.verl.sampler``), so that such a command still runs.
+Imported only by veRL from such a stored path; forge itself names the new path. To be removed once no such run
+directory is in use.
 """
 
-from __future__ import annotations
+import warnings
 
-from pathlib import Path
-from typing import Any
+from forge_cli.remote.verl.sampler import ForgeReplayBuffer as ForgeReplayBuffer
 
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-
-from forge_cli.train.verl.counters import Deltas
-
-# sampler_kwargs forge passes on to veRL's ReplayBuffer (the rest of its arguments come from veRL itself)
-PASSED = ("filter_groups_metric", "sync_refill_failed_groups", "train_batch_size", "gen_batch_size",
-          "max_inflight_gen_batches")
-
-
-class ForgeReplayBuffer(ReplayBuffer):
-    def __init__(self, *args: Any, sampler_kwargs: Any = None, **kwargs: Any) -> None:
-        own = dict(sampler_kwargs or {})
-        self.forge_deltas = Deltas(Path(str(own.pop("forge_counters_dir"))))
-        passed = {k: own.pop(k) for k in PASSED if k in own}
-        super().__init__(*args, sampler_kwargs=own, **kwargs, **passed)
-
-    def sample(self, *args: Any, **kwargs: Any) -> Any:
-        batch, metrics = super().sample(*args, **kwargs)
-        return batch, {**metrics, **self.forge_deltas()}
+warnings.warn("forge_cli.train.verl.sampler is deprecated: use forge_cli.remote.verl.sampler",
+              DeprecationWarning, stacklevel=2)
