@@ -13,7 +13,8 @@ import pytest
 from tests.helpers import forge
 from tests.train.test_sft_samples import teacher_run  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.mitm, pytest.mark.requires("harness:pi", "core", "model")]
+# two whole forge sft runs through pi (~3.7 min on 2 cores): make test-e2e, keeping make test under 40 min
+pytestmark = [pytest.mark.e2e, pytest.mark.mitm, pytest.mark.requires("harness:pi", "core", "model")]
 HELD_OUT = "json-csv-json-field-0"
 
 

@@ -21,7 +21,8 @@ import pytest
 from tests.helpers import REPO
 from tests.train.test_train_run import _env
 
-pytestmark = [pytest.mark.vllm, pytest.mark.mitm, pytest.mark.docker]
+# a whole forge train run with periodic evaluation (~95 s on 2 cores): make test-e2e, keeping make test under 40 min
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.mitm, pytest.mark.docker]
 
 
 def test_train_evaluates_at_eval_temperature_and_never_trains_on_it(tmp_path: Path, policy_server: Any) -> None:

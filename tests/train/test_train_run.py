@@ -22,7 +22,9 @@ import pytest
 from forge_cli.paths import forge_home
 from tests.helpers import REPO
 
-pytestmark = [pytest.mark.vllm, pytest.mark.mitm, pytest.mark.docker]
+# two real training steps, SIGKILL and --resume (~5.5 min on 2 cores): make test-e2e, keeping make test under 40 min;
+# make test keeps forge train for real in tests/train/test_train_faults.py
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.mitm, pytest.mark.docker]
 
 TASKS = "env.task_ids=[create-edit-touch-guided-0,search-count-count-guided-0]"
 
