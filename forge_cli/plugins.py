@@ -7,7 +7,8 @@ calls :meth:`Registry.add`). A lookup by name finds, in this order:
 1. a class already registered;
 2. forge's own plugins, by where they live: the modules matching ``own`` (a glob under the ``forge_cli`` package,
    e.g. ``"*/tool_session.py"``), imported on the first lookup that misses: no central list to edit, and found
-   in a source checkout without installed metadata;
+   in a source checkout without installed metadata (the module named like the plugin first, where ``own`` names
+   modules by plugin: ``"harness/installers/*.py"`` and ``npm`` import ``harness/installers/npm.py`` alone);
 3. the entry points of group ``group`` that installed packages declare (``[project.entry-points."<group>"]`` in
    their ``pyproject.toml``: ``name = "pkg.module:Class"``);
 4. a dotted path ``pkg.module:Class`` given as the name (a user's own, not installed as a package).
@@ -88,6 +89,22 @@ class Registry(Generic[T]):
                 except Exception as exc:  # an optional dependency missing: that plugin only is unavailable
                     self._errors[module] = f"{type(exc).__name__}: {exc}"
 
+    def _load_named(self, name: str) -> None:
+        """The one own module named like the plugin (``own`` ``"harness/installers/*.py"`` and name ``npm``:
+        ``harness/installers/npm.py``), imported before all the others: a command that looks up one plugin does
+        not pay for importing every one (and their dependencies). A module that registers other names, or none,
+        is only imported early; the full import of ``own`` still follows when the name is not found."""
+        if self._own_loaded or not self.own.endswith("*.py") or not name.isidentifier():
+            return
+        path = _PACKAGE / self.own.replace("*", name)
+        if not path.is_file() or "*" in str(path.relative_to(_PACKAGE).parent):
+            return
+        module = ".".join(("forge_cli", *path.relative_to(_PACKAGE).with_suffix("").parts))
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # its error is kept by module, as _load_own keeps it
+            self._errors[module] = f"{type(exc).__name__}: {exc}"
+
     def _load_entry_points(self) -> None:
         for point in entry_points(group=self.group):
             if point.name in self._classes:
@@ -104,7 +121,9 @@ class Registry(Generic[T]):
         """The class registered as ``name`` (see the module docstring for where it is looked for)."""
         if name not in self._classes:
             with self._lock:
-                self._load_own()
+                self._load_named(name)
+                if name not in self._classes:
+                    self._load_own()
         if name not in self._classes:
             self.load_all()
         if name in self._classes:
@@ -132,7 +151,10 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         if name not in self._classes:
             with self._lock:
-                self._load_own()
+                if isinstance(name, str):
+                    self._load_named(name)
+                if name not in self._classes:
+                    self._load_own()
         if name not in self._classes:
             self.load_all()
         return name in self._classes

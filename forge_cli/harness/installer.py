@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 
 from forge_cli.config.schema import HarnessConfig
 from forge_cli.errors import UserError
-from forge_cli.harness import node_runtime
 from forge_cli.plugins import Registry
 
 Progress = Callable[[str], None]
@@ -102,7 +101,11 @@ class Installer(abc.ABC):
         """Whether the installed bundle (its ``manifest``) is what the config asks for; ``binary_path`` as for
         :meth:`install`. The default: a node harness's bundle carries the Node runtime forge pins."""
         node = manifest.get("node", {})
-        return self.harness.runtime != "node" or node.get("version") == node_runtime.NODE_VERSION
+        if self.harness.runtime != "node":
+            return True
+        from forge_cli.harness import node_runtime  # lazy: it imports tarfile; only a node harness's check needs it
+
+        return bool(node.get("version") == node_runtime.NODE_VERSION)
 
 
 INSTALLERS: Registry[type[Installer]] = Registry("harness installer", Installer, "forge.harness_installers",
