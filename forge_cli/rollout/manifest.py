@@ -5,6 +5,9 @@ trainer=verl``), beside ``config.yaml`` (the composed experiment). It records:
 
 - ``forge``: its version and, in a git checkout, the revision and whether the tree had uncommitted changes;
 - ``python``: the interpreter's version;
+- ``machine``: the CPU (model, the cores this process may use, whether it computes bf16 natively: without
+  AVX512-BF16 or AMX, vLLM on CPU serves float32 and the trainer is several times slower), the memory, and the GPUs
+  ``nvidia-smi -L`` lists (none: an empty list): runs on two kinds of machine are not timed or served alike;
 - ``environments``: each environment the run uses (forge's own, vLLM's when forge serves the policy, mitmproxy's
   for the proxy, veRL's for ``trainer=verl``) as the SHA-256 of its installed distributions (``name==version``,
   sorted) and their count: a lock of what ran, read from the environment's ``*.dist-info`` directories;
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +58,46 @@ def _forge() -> dict[str, Any]:
         except (OSError, subprocess.TimeoutExpired):
             out["git"] = None
     return out
+
+
+def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> tuple[str | None, set[str]]:
+    """The CPU's model name and flags (Linux; elsewhere: None and none)."""
+    model, flags = None, set()
+    try:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model is None:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def _gpus() -> list[str]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)": the model, without the per-device UUID
+    return [line.split(":", 1)[1].split("(UUID")[0].strip() for line in out.splitlines() if ":" in line]
+
+
+def machine() -> dict[str, Any]:
+    """What the run's processes ran on (see the module docstring)."""
+    model, flags = _cpuinfo()
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory: float | None = round(pages / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": model, "cores": cores, "bf16": bool(flags & {"avx512_bf16", "amx_bf16"}), "memory_gib": memory,
+            "gpus": _gpus()}
 
 
 def environment_lock(prefix: Path) -> dict[str, Any] | None:
@@ -136,6 +181,7 @@ def build(exp: Experiment, data: dict[str, Any]) -> dict[str, Any]:
     return {
         "forge": _forge(),
         "python": sys.version.split()[0],
+        "machine": machine(),
         "environments": _environments(exp),
         "harness": {"name": exp.harness.name, "package": getattr(package, "name", None),
                     "version": getattr(package, "version", None)},

@@ -36,6 +36,9 @@ def test_every_run_records_what_ran_and_compare_warns(tmp_path: Path) -> None:
     assert got["forge"]["version"] and got["python"] and got["seeds"] == {"run.seed": 0,
                                                                          "rollout.sampling.seed": None}
     assert got["harness"]["name"] == "solver"
+    host = got["machine"]
+    assert host["cores"] >= 1 and isinstance(host["bf16"], bool) and host["memory_gib"] > 0
+    assert isinstance(host["gpus"], list)
     assert got["environments"]["forge"]["packages"] > 10 and len(got["environments"]["forge"]["sha256"]) == 64
     if (manifest.REPO / ".git").exists():
         assert len(got["forge"]["git"]["revision"]) == 40
@@ -66,3 +69,16 @@ def test_differences_of_runs_written_before_manifests() -> None:
     assert manifest.differences({"a": 1}, None) == [
         "manifest.json: only one of the runs has one (written since forge records it)"]
     assert manifest.differences({"a": {"b": 1}}, {"a": {"b": 2}, "c": 3}) == ["a.b: 1 -> 2", "c: None -> 3"]
+
+
+def test_the_machine_a_run_ran_on(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    model, flags = manifest._cpuinfo(cpuinfo)
+    assert model == "AMD EPYC" and "avx512_bf16" in flags
+    assert manifest._cpuinfo(tmp_path / "absent") == (None, set())
+    # a run on a bf16 machine compared with one on an AVX2-only machine: the difference is named
+    a = {"machine": {"cpu": "AMD EPYC", "bf16": True}}
+    b = {"machine": {"cpu": "AMD EPYC", "bf16": False}}
+    assert manifest.differences(a, b) == ["machine.bf16: True -> False"]
