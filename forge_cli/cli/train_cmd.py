@@ -59,10 +59,22 @@ def _check_algorithms(exp: Experiment) -> None:
                             "that registers it", exit_code=2) from None
 
 
+def _loggers(exp: Experiment) -> str:
+    """Where each step's metrics go (``trainer.loggers``), in words; UserError (exit 2) for a logger that is not
+    registered or whose client is not installed, before anything starts."""
+    from forge_cli.train.metrics_log import logger_classes
+
+    run_dir = Path(exp.run.output_dir) / "<run>"
+    return ", ".join([f"metrics: {run_dir / 'metrics.jsonl'}",
+                      *(f"{cls.name} ({cls.where(run_dir) or 'its own'})" for cls in
+                        logger_classes(exp.trainer.loggers))])
+
+
 def train_local(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, context_note: str | None,
                 resume: Path | None, dry_run: bool, as_json: bool) -> None:
     """``forge train`` with forge's own trainer (``trainer=local``): the plan, or the step loop to its summary."""
     _check_algorithms(exp)
+    loggers = _loggers(exp)
     if dry_run:
         from forge_cli.rollout.plan import build_plan
         from forge_cli.train.backend import backend_class
@@ -85,10 +97,11 @@ def train_local(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, co
                        else "the training sampling")
                     if t.eval_every else ""))
         if as_json:
-            typer.echo(json.dumps({**plan.to_dict(), "train": steps}, indent=2))
+            typer.echo(json.dumps({**plan.to_dict(), "train": steps, "loggers": loggers}, indent=2))
         else:
             show(plan)
             typer.echo(steps)
+            typer.echo(f"logs: {loggers}")
         return
     from rich.console import Console
 
@@ -109,9 +122,12 @@ def train_local(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, co
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
+        from forge_cli.config.loggers import logger_class
+
+        logs = "".join(f"  {name}: {logger_class(name).where(Path(summary['run_dir'])) or 'on'}\n"
+                       for name in exp.trainer.loggers)
         typer.echo(f"run {summary['run_id']}: {summary['steps']} steps in {summary['duration_s']} s\n"
-                   f"  run directory: {summary['run_dir']}\n  metrics: {summary['metrics']}\n"
-                   f"  tensorboard: tensorboard --logdir {summary['tensorboard']}\n"
+                   f"  run directory: {summary['run_dir']}\n  metrics: {summary['metrics']}\n{logs}"
                    f"  checkpoints: {', '.join(summary['checkpoints']) or '-'}")
 
 

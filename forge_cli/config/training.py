@@ -135,6 +135,9 @@ class TrainerConfig(Strict):
     max_staleness: Annotated[int, Field(ge=0)] = 0
     # LoRA adapters instead of full weights (null: full fine-tuning); see LoraSettings
     lora: LoraSettings | None = None
+    # experiment loggers each step's metrics go to besides metrics.jsonl, by registered name
+    # (forge_cli/config/loggers.py): tensorboard, wandb, mlflow, a package's or pkg.module:Class
+    loggers: list[str] = ["tensorboard"]
 
     # the function that runs forge train with these options (``module:function``), called as
     # ``runner(exp, data, resume=..., dry_run=..., as_json=...)``

@@ -8,7 +8,8 @@ needs the source is done here, for every experiment a command runs:
 - ``env.source`` names a task source (``unknown task source ...`` otherwise) and ``env.options`` are valid for its
   ``Options`` model (``env.options for source '...': ...`` otherwise);
 - the harness's ``wire_api`` names a wire format the proxy serves, its ``package.manager`` a registered harness
-  installer.
+  installer;
+- ``trainer.loggers`` names registered experiment loggers (``forge_cli/config/loggers.py``).
 
 :func:`compose_resolved` composes with both (their problems reported with compose's own, every one at once, as a
 :class:`ConfigError`, exit 2); :func:`validate_experiment` does the same for an experiment stored as a dict (a run's
@@ -23,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from forge_cli.config.compose import MISSING, Composed, compose
+from forge_cli.config.loggers import logger_problems
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.source import source_class
 from forge_cli.errors import ConfigError
@@ -101,11 +103,18 @@ def harness_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
+def trainer_problems(data: dict[str, Any]) -> list[str]:
+    """``trainer.loggers`` names registered experiment loggers, each once."""
+    trainer = data.get("trainer")
+    return logger_problems(trainer.get("loggers")) if isinstance(trainer, dict) else []
+
+
 def resolve(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """What :func:`forge_cli.config.compose.compose` validates instead of ``data`` (``eval.judge`` merged into the
-    env's options), and the problems of the env's options and the harness's wire format and installer."""
+    env's options), and the problems of the env's options, the harness's wire format and installer and the
+    trainer's loggers."""
     merged = judge_into_env(data)
-    return merged, env_problems(merged) + harness_problems(merged)
+    return merged, env_problems(merged) + harness_problems(merged) + trainer_problems(merged)
 
 
 def compose_resolved(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None) -> Composed:

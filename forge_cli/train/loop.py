@@ -222,7 +222,8 @@ def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Pat
     with session:
         restore = {checkpoint_step(p): (p / METRICS_FILE).read_text() for p in iter_checkpoints(checkpoints)
                    if (p / METRICS_FILE).is_file()}
-        metrics_log = MetricsLog(session.run_dir, start - int(pending) if resume else None, restore)
+        metrics_log = MetricsLog(session.run_dir, start - int(pending) if resume else None, restore,
+                                 loggers=exp.trainer.loggers, run_name=session.run_id, config=data)
         loop = StepLoop(exp, session, trainer, taskset, evalset, metrics_log, say, served=start)
         try:
             if last is not None and pending:

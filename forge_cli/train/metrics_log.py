@@ -1,4 +1,7 @@
-"""``forge train``'s per-step record: ``metrics.jsonl``, TensorBoard event files and the step line people read.
+"""``forge train``'s per-step record: ``metrics.jsonl``, the experiment loggers and the step line people read.
+
+``metrics.jsonl`` is always written; each step's numeric metrics also go to the loggers ``trainer.loggers`` names
+(``forge_cli/config/loggers.py``: TensorBoard by default, Weights & Biases and MLflow on request, a user's own).
 
 ``metrics.jsonl`` holds exactly one line per completed step. A step is complete once its metrics are in its
 checkpoint (``checkpoints/step-N/metrics.json``); the log line follows. On ``--resume`` the log is cut back to the
@@ -10,10 +13,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from forge_cli.config.loggers import ExperimentLogger, logger_class
+from forge_cli.errors import UserError
 from forge_cli.rollout.result import RolloutResult
 
 # a checkpoint's step metrics: written last, so its presence marks the step complete
@@ -43,38 +48,73 @@ def kept_lines(lines: Iterable[str], done: int, restore: Mapping[int, str]) -> l
     return [by_step[step] for step in sorted(by_step)]
 
 
-class MetricsLog:
-    """``metrics.jsonl`` and TensorBoard event files, one record per step (thread-safe: the update pipeline writes
-    from its worker)."""
+def logger_classes(names: Sequence[str]) -> list[type[ExperimentLogger]]:
+    """The logger classes ``names`` (``trainer.loggers``) registered, each with its client installed: a UserError
+    (exit 2) naming the registered ones, or saying what to install, otherwise (checked before a run starts)."""
+    classes = []
+    for name in names:
+        try:
+            cls = logger_class(name)
+        except ValueError as exc:
+            raise UserError(f"trainer.loggers: {exc}", fix="name registered loggers in trainer.loggers",
+                            exit_code=2) from None
+        cls.check()
+        classes.append(cls)
+    return classes
 
-    def __init__(self, run_dir: Path, done: int | None = None, restore: Mapping[int, str] | None = None) -> None:
+
+class MetricsLog:
+    """``metrics.jsonl`` and the experiment loggers ``loggers`` names, one record per step (thread-safe: the update
+    pipeline writes from its worker). ``run_name`` and ``config`` (the composed experiment) go to the loggers."""
+
+    def __init__(self, run_dir: Path, done: int | None = None, restore: Mapping[int, str] | None = None, *,
+                 loggers: Sequence[str] = ("tensorboard",), run_name: str | None = None,
+                 config: Mapping[str, Any] | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self._lock = threading.Lock()
+        classes = logger_classes(loggers)
         if done is not None:
             old = self.path.read_text(encoding="utf-8").splitlines() if self.path.is_file() else []
             kept = kept_lines(old, done, restore or {})
             self.path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-        self.writer: Any = None
+        self.loggers: list[ExperimentLogger] = []
         try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"))
-        except ImportError:
-            self.writer = None
+            for cls in classes:
+                logger = cls()
+                try:
+                    logger.start(run_dir, run_name or run_dir.name, dict(config or {}))
+                except UserError:
+                    raise
+                except Exception as exc:  # the tracker's own error (a bad WANDB_MODE, an unreachable server)
+                    raise UserError(f"trainer.loggers: the {cls.name} logger could not start: "
+                                    f"{type(exc).__name__}: {exc}", fix=f"leave {cls.name} out of trainer.loggers, "
+                                    "or fix its settings (docs/training.md, Experiment loggers)",
+                                    exit_code=2) from None
+                self.loggers.append(logger)
+        except BaseException:
+            self.close()
+            raise
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        scalars = {key: value for key, value in metrics.items()
+                   if isinstance(value, int | float) and not isinstance(value, bool)}
         with self._lock:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": step, **metrics}) + "\n")
-            if self.writer is not None:
-                for key, value in metrics.items():
-                    if isinstance(value, int | float) and not isinstance(value, bool):
-                        self.writer.add_scalar(key, value, step)
-                self.writer.flush()
+            for logger in self.loggers:
+                logger.log(step, scalars)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """Close every logger (each once; the first error is raised after all are closed)."""
+        loggers, self.loggers = self.loggers, []
+        error: BaseException | None = None
+        for logger in loggers:
+            try:
+                logger.close()
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
 
 
 def rollout_metrics(results: list[RolloutResult]) -> dict[str, float]:

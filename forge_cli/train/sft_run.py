@@ -27,6 +27,7 @@ from typing import Any
 
 from forge_cli.config.schema import Experiment
 from forge_cli.errors import UserError
+from forge_cli.train.metrics_log import MetricsLog, logger_classes
 from forge_cli.train.sft import SftSequence
 
 OPTIONS_FILE = "sft.json"
@@ -79,9 +80,9 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
     """Train, checkpoint per epoch, stop when validation NLL stops improving; returns the summary."""
     from forge_cli.train.local import LocalTrainer
     from forge_cli.train.loop import model_directory
-    from forge_cli.train.metrics_log import MetricsLog
     from forge_cli.train.sft import as_samples, nll
 
+    logger_classes(exp.trainer.loggers)  # a logger whose client is missing stops the run before the model loads
     train = read_sequences(Path(options.data))
     val = read_sequences(Path(options.val)) if options.val else []
     limit = exp.trainer.max_seq_len
@@ -99,7 +100,7 @@ def run_sft(exp: Experiment, options: SftOptions, run_dir: Path, say: Callable[[
     if finished:
         trainer.load(finished[-1])
         say(f"resuming after epoch {_epoch_of(finished[-1])} ({finished[-1]})")
-    log = MetricsLog(run_dir)
+    log = MetricsLog(run_dir, loggers=exp.trainer.loggers, run_name=run_dir.name, config=exp.model_dump(mode="json"))
     steps_per_epoch = -(-len(samples) // options.batch)
     say(f"sft: {len(samples)} sequences ({sum(s.loss_tokens for s in samples)} loss tokens; {too_long} longer than "
         f"trainer.max_seq_len left out), {len(val_samples)} for validation, {options.epochs} epoch(s) x "
