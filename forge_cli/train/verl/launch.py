@@ -130,7 +130,7 @@ def plan(exp: Experiment, run_dir: Path, *, resume: bool = False) -> VerlLaunch:
                         "the train split: veRL's dataloader drops an incomplete last batch, so no step would run",
                         fix=f"trainer.tasks_per_step={len(train)} (or fewer)", exit_code=2)
     mapped = mapping.overrides(exp, inputs, resume=resume)
-    env = {"TENSORBOARD_DIR": str(run_dir / "tensorboard")}
+    env = mapping.logger_env(exp.trainer.loggers, run_dir, dict(os.environ))
     ray_address = verl_options(exp).ray_address
     if ray_address:
         env["RAY_ADDRESS"] = ray_address

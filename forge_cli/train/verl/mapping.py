@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forge_cli.config.loggers import logger_class
 from forge_cli.errors import UserError
 from forge_cli.train.verl.options import verl_options
 
@@ -74,6 +75,7 @@ MAPPING: list[tuple[str, str]] = [
     ("trainer.n_gpus_per_node", "trainer.n_gpus_per_node"),
     ("trainer.nnodes", "trainer.nnodes"),
     ("trainer.strategy", "actor_rollout_ref.actor.strategy"),
+    ("trainer.loggers", "trainer.logger"),
     ("rollout.sampling.temperature", "actor_rollout_ref.rollout.temperature"),
     ("rollout.sampling.top_p", "actor_rollout_ref.rollout.top_p"),
     ("rollout.sampling.top_k", "actor_rollout_ref.rollout.top_k"),
@@ -187,6 +189,12 @@ def unsupported(exp: Experiment) -> list[tuple[str, str]]:
                     "reordering them by length (a group is split across them, and a rollout that splits adds "
                     "rows, so the count of optimizer steps varies); forge's local trainer keeps groups whole",
                     "trainer.ppo_mini_batches=1 (one optimizer step per pass; trainer.ppo_epochs for more)"))
+    others = [name for name in t.loggers if logger_class(name).verl is None]
+    if others:
+        kept = [name for name in t.loggers if name not in others]
+        out.append((f"trainer.loggers: {', '.join(others)}: veRL's trainer logs through its own trackers (veRL's "
+                     "trainer.logger: tensorboard, wandb, mlflow, console, ...), not forge's loggers",
+                     f"trainer.loggers=[{','.join(kept)}] (or trainer=local)"))
     if t.strategy == "megatron" and t.lora is not None:
         out.append(("trainer.lora with trainer.strategy=megatron: veRL's LoRA keys are for FSDP",
                     "trainer.strategy=fsdp2"))
@@ -309,11 +317,38 @@ def overrides(exp: Experiment, inputs: Inputs, *, resume: bool = False) -> dict[
         "trainer.resume_mode": "auto" if resume else "disable",
         "trainer.project_name": "forge",
         "trainer.experiment_name": inputs.run_dir.name,
-        "trainer.logger": ["console", "tensorboard"],
+        # veRL's own trackers of the same names (forge's loggers declare theirs); console always
+        "trainer.logger": ["console", *verl_loggers(t.loggers)],
         "trainer.n_gpus_per_node": t.n_gpus_per_node,
         "trainer.nnodes": t.nnodes,
     })
     return out
+
+
+def verl_loggers(names: list[str]) -> list[str]:
+    """veRL's ``trainer.logger`` names of forge's ``trainer.loggers`` (those veRL has; ``unsupported`` names the
+    others)."""
+    out = []
+    for name in names:
+        verl = logger_class(name).verl
+        if verl is not None and verl not in out:
+            out.append(verl)
+    return out
+
+
+def logger_env(names: list[str], run_dir: Path, environ: dict[str, str]) -> dict[str, str]:
+    """The environment veRL's trackers read, as forge's loggers default it: TensorBoard's event files in
+    ``RUN/tensorboard``, W&B offline (unless ``WANDB_MODE`` is set) in ``RUN/wandb``, MLflow's store
+    ``sqlite:///RUN/mlflow.db`` (unless ``MLFLOW_TRACKING_URI`` is set)."""
+    env = {"TENSORBOARD_DIR": str(run_dir / "tensorboard")}
+    chosen = set(verl_loggers(names))
+    if "wandb" in chosen:
+        env["WANDB_DIR"] = str(run_dir)
+        if not environ.get("WANDB_MODE"):
+            env["WANDB_MODE"] = "offline"
+    if "mlflow" in chosen and not environ.get("MLFLOW_TRACKING_URI"):
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{run_dir.resolve() / 'mlflow.db'}"
+    return env
 
 
 def _value(value: Any) -> str:
