@@ -274,6 +274,19 @@ def test_verl_refuses_a_logger_it_has_no_tracker_for(fakes: None) -> None:
                                                                                  "trainer=local)"]
 
 
+def test_verl_preflight_names_a_tracker_client_missing_in_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forge_cli.train.verl import checks
+
+    installed = {"verl": "0.9.1", "forge_rl": "0.1.0", "ray": "2", "vllm": "0.24", "tensorboard": "2", "wandb": "0.31"}
+    monkeypatch.setattr(checks, "dist_version", lambda env, dist: installed.get(dist))
+    monkeypatch.setattr(checks, "gpu_count", lambda: 8)
+    exp = compose(["trainer=verl", "trainer.loggers=[tensorboard,wandb,mlflow]"]).experiment
+    found = {c.name: c for c in checks.check_verl(exp)}
+    assert found["tensorboard logger in veRL's environment"].ok and found["wandb logger in veRL's environment"].ok
+    mlflow = found["mlflow logger in veRL's environment"]
+    assert not mlflow.ok and mlflow.fix.endswith("/bin/pip install mlflow-skinny sqlalchemy alembic")
+
+
 # ---------------------------------------------------------------- the docs' worked example
 def test_the_docs_example_logger_writes_its_csv(tmp_path: Path) -> None:
     page = (REPO / "docs" / "extending" / "logger.md").read_text()

@@ -12,8 +12,13 @@ import subprocess
 from forge_cli.check import Check, dist_version
 from forge_cli.config.schema import Experiment
 from forge_cli.paths import env_dir
-from forge_cli.train.verl.mapping import VERL_VERSION
+from forge_cli.train.verl.mapping import VERL_VERSION, verl_loggers
 from forge_cli.train.verl.options import verl_options
+
+# what veRL's trackers import in its trainer process, by its trainer.logger name (alternatives split by |): MLflow's
+# SQLite store (forge's default) needs SQLAlchemy and alembic
+TRACKER_DISTS = {"tensorboard": ("tensorboard",), "wandb": ("wandb",),
+                 "mlflow": ("mlflow|mlflow_skinny", "sqlalchemy", "alembic")}
 
 
 def check_verl(exp: Experiment) -> list[Check]:
@@ -34,6 +39,12 @@ def check_verl(exp: Experiment) -> list[Check]:
                             "" if found else f"{where}/bin/pip install {dist} (on a GPU node: the version veRL "
                             f"{VERL_VERSION} supports, see docs/verl.md)"))
     t = verl_options(exp)
+    for tracker in verl_loggers(t.loggers):
+        absent = [d.split("|")[-1].replace("_", "-") for d in TRACKER_DISTS.get(tracker, ())
+                  if not any(dist_version("verl", a) for a in d.split("|"))]
+        checks.append(Check(f"{tracker} logger in veRL's environment", not absent,
+                            f"missing in {where}: {', '.join(absent)}" if absent else "its client is installed",
+                            f"{where}/bin/pip install {' '.join(absent)}" if absent else ""))
     if t.ray_address:
         checks.append(Check("GPUs", True, f"on the Ray cluster {t.ray_address} (Ray places the workers)"))
     else:
