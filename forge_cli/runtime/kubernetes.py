@@ -73,6 +73,7 @@ class KubeApis:
         api_client = client.ApiClient(configuration)
         self.core = client.CoreV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
+        self.auth = client.AuthorizationV1Api(api_client)  # access reviews (forge k8s check)
 
     def exec_stream(self, name: str, namespace: str, argv: list[str], stdin: bool) -> Any:
         """An open exec websocket (``kubernetes.stream.ws_client.WSClient``, binary mode)."""

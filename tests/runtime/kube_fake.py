@@ -12,7 +12,10 @@ into the command, files live in a dict. It behaves as an API server does where f
   ``ErrImagePull``/``ImagePullBackOff``, ``terminated_reason`` such as ``OOMKilled``);
 - deleting a pod with a grace period leaves it terminating (``deletionTimestamp`` set, still listed and readable)
   for ``grace_reads`` more reads; with ``grace_period_seconds=0`` it is gone at once;
-- the kill script can fail (``kill_exit_code``).
+- the kill script can fail (``kill_exit_code``);
+- RBAC: a (verb, resource) in ``forbidden`` is refused with 403 on the call and denied by a
+  SelfSubjectAccessReview (``auth``), as an authorizer does; with ``namespaces`` set, any other namespace is 404 to
+  ``read_namespace`` and to creates.
 """
 
 from __future__ import annotations
@@ -83,6 +86,19 @@ class FakeWS:
         return None
 
 
+# what each call is, for RBAC: (verb, resource[/subresource])
+RBAC_VERBS = {
+    "create_namespaced_pod": ("create", "pods"), "read_namespaced_pod": ("get", "pods"),
+    "list_namespaced_pod": ("list", "pods"), "delete_namespaced_pod": ("delete", "pods"),
+    "delete_collection_namespaced_pod": ("deletecollection", "pods"), "read_namespaced_pod_log": ("get", "pods/log"),
+    "exec_check": ("create", "pods/exec"),
+    "create_namespaced_network_policy": ("create", "networkpolicies"),
+    "list_namespaced_network_policy": ("list", "networkpolicies"),
+    "delete_namespaced_network_policy": ("delete", "networkpolicies"),
+    "delete_collection_namespaced_network_policy": ("deletecollection", "networkpolicies"),
+}
+
+
 class _Api:
     def __init__(self, cluster: FakeCluster) -> None:
         self._cluster = cluster
@@ -114,8 +130,12 @@ class FakeCluster:
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
+        # RBAC refusals, (verb, resource) as in RBAC_VERBS; the namespaces that exist (None: any)
+        self.forbidden: set[tuple[str, str]] = set()
+        self.namespaces: set[str] | None = None
         self.core = _Api(self)
         self.net = _Api(self)
+        self.auth = _Api(self)
 
     # the factory the backend calls: api_factory(runtime)
     def __call__(self, runtime: Any) -> FakeCluster:
@@ -132,6 +152,11 @@ class FakeCluster:
                 status = pending.pop(0)
                 self.calls.append((name, f"error {status}"))
                 raise ApiException(status=status, reason="injected")
+            rule = RBAC_VERBS.get(name)
+            if rule in self.forbidden:
+                self.calls.append((name, "error 403"))
+                raise ApiException(status=403, reason=f'{rule[1]} is forbidden: User "canary" cannot {rule[0]} '
+                                                      f'resource "{rule[1]}" in the namespace')
             return getattr(self, f"_{name}")(*args, **kwargs)
         finally:
             with self.lock:
@@ -142,11 +167,30 @@ class FakeCluster:
     def _exists(kind: str, name: str) -> ApiException:
         return ApiException(status=409, reason=f'{kind} "{name}" already exists (AlreadyExists)')
 
+    def _known(self, namespace: str) -> None:
+        if self.namespaces is not None and namespace not in self.namespaces:
+            raise ApiException(status=404, reason=f'namespaces "{namespace}" not found')
+
+    def _read_namespace(self, name: str) -> Any:
+        self.calls.append(("read_namespace", name))
+        self._known(name)
+        return to_model({"metadata": {"name": name}}, "V1Namespace")
+
+    def _create_self_subject_access_review(self, body: dict[str, Any]) -> Any:
+        model = to_model(body, "V1SelfSubjectAccessReview")
+        assert from_model(model) == body, "the access review has fields the client's model does not know"
+        asked = body["spec"]["resourceAttributes"]
+        resource = asked["resource"] + (f"/{asked['subresource']}" if asked.get("subresource") else "")
+        allowed = (asked["verb"], resource) not in self.forbidden
+        self.calls.append(("create_self_subject_access_review", asked["verb"], resource))
+        return to_model({**body, "status": {"allowed": allowed}}, "V1SelfSubjectAccessReview")
+
     def _create_namespaced_network_policy(self, namespace: str, body: dict[str, Any]) -> Any:
         model = to_model(body, "V1NetworkPolicy")
         assert from_model(model) == body, "the NetworkPolicy has fields the client's model does not know"
         name = body["metadata"]["name"]
         self.calls.append(("create_namespaced_network_policy", namespace, name))
+        self._known(namespace)
         if name in self.policies:
             raise self._exists("networkpolicies.networking.k8s.io", name)
         self.policies[name] = body
@@ -157,6 +201,7 @@ class FakeCluster:
         assert from_model(model) == body, "the Pod has fields the client's model does not know"
         name = body["metadata"]["name"]
         self.calls.append(("create_namespaced_pod", namespace, name))
+        self._known(namespace)
         if name in self.pods:
             raise self._exists("pods", name)
         self.pods[name] = body
@@ -301,7 +346,8 @@ class FakeCluster:
             if "kill -9" in script and self.kill_exit_code:
                 return b"", b"kill: Operation not permitted\n", self.kill_exit_code
             return b"", b"", 0
-        command = shlex.split(script.splitlines()[-1])[1:]  # the wrapper's last line: exec ARGV
+        command = shlex.split(script[script.rindex("\nexec ") + 1:])[1:]  # the wrapper's end: exec ARGV (quoted
+        # arguments may span lines)
         self.calls.append(("exec", *command))
         if self.on_command is not None:
             ran = self.on_command(pod, command)
