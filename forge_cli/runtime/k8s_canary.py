@@ -161,8 +161,10 @@ class Canary:
         """Every step; cleanup whatever happens (Ctrl-C included, which is re-raised after it)."""
         self.connect()
         pending = ["api", "rbac", "pod", "exec", "egress", "proxy", "rollout"]
+        created = False  # from the pod step on, something may exist to remove
         try:
             for name in pending:
+                created = created or name == "pod"
                 getattr(self, f"step_{name}")()
         except Stop:
             done = {step.name for step in self.steps}
@@ -171,7 +173,10 @@ class Canary:
                 if name not in done:
                     self.add(name, "not run", f"skipped: the {failed} step failed")
         finally:
-            self.step_cleanup()
+            if created:
+                self.step_cleanup()
+        if not created:
+            self.add("cleanup", "not run", "nothing was created")
         return self.steps
 
     # ------------------------------------------------------------------ steps
