@@ -159,11 +159,12 @@ def rollout_step(exp: Experiment) -> tuple[Callable[[], str] | None, str]:
         one = exp.model_copy(update={"rollout": settings})
         result = execute(one, one.model_dump(mode="json"), quiet=True)
         statuses = result.get("status") or {}
-        if set(statuses) != {"ok"} or not result.get("calls"):
-            raise UserError(f"1 rollout of {exp.harness.name}: status {statuses}, {result.get('calls', 0)} model "
-                            f"calls recorded through the in-cluster proxy",
+        calls = int(result.get("calls") or 0)
+        recorded = f"{calls} model call{'' if calls == 1 else 's'} recorded through the in-cluster proxy"
+        if set(statuses) != {"ok"} or not calls:
+            raise UserError(f"1 rollout of {exp.harness.name}: status {statuses}, {recorded}",
                             fix=f"read the rollout's harness log and results in {result.get('run_dir')}")
-        return (f"1 rollout of {exp.harness.name}: {result['calls']} model calls recorded through the in-cluster "
-                f"proxy, reward {result.get('mean_reward')}; run {result.get('run_dir')}")
+        return (f"1 rollout of {exp.harness.name}: {recorded}, reward {result.get('mean_reward')}; run "
+                f"{result.get('run_dir')}")
 
     return one_rollout, ""

@@ -8,15 +8,20 @@ stubbed."""
 from __future__ import annotations
 
 import json
+import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from forge_cli.cli.app import main
 from forge_cli.config.schema import KubernetesRuntime
+from forge_cli.proxy.launcher import start_proxy
 from forge_cli.runtime import kubernetes as kube
 from forge_cli.runtime.k8s_canary import EXEC_CHECK, PROBE_SH, Canary, Step
+from tests.proxy.conftest import FakeUpstream, need_mitmdump
 from tests.runtime.kube_fake import FakeCluster, install
 
 HEALTH = {"ok": True, "upstreams": [{"url": "http://forge-policy:8000", "healthy": True, "rollouts": 0}]}
@@ -290,3 +295,46 @@ def test_other_bad_input(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch, 
     code, _, err = forge(monkeypatch, capsys, *args)
     assert code == 2 and message in err
     assert not cluster.calls
+
+
+@pytest.mark.mitm
+def test_rollout_through_a_real_proxy_with_a_scripted_harness(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    """The rollout step through forge's real run path: a real capture proxy stands in for replica 0 (as a
+    port-forward would put it on loopback), the fake runs the pod, and its "container" plays the harness: one model
+    call to the base URL and key forge put in the pod, the replica's name resolved to the stand-in as cluster DNS
+    would. The proxy step's health answer comes from that proxy too. The harness itself is scripted: no agent ran."""
+    need_mitmdump()
+    token = secrets.token_urlsafe(32)
+    upstream = FakeUpstream()
+    upstream.start()
+    calls: list[int] = []
+    try:
+        with start_proxy(upstream.url, store=tmp_path / "in-cluster.sqlite", admin_token=token) as proxy:
+            scripted = Pod()
+            scripted.proxy = b"http 200 " + httpx.get(proxy.url + "/forge/v1/health", timeout=10).content + b"\n"
+
+            def container(name: str, argv: list[str]) -> tuple[bytes, bytes, int] | None:
+                if not any("forge-react" in a for a in argv):
+                    return scripted(name, argv) or (b"", b"", 0)  # the rest (the verifier's commands) succeed
+                env = {e["name"]: e["value"] for e in cluster.pods[name]["spec"]["containers"][0]["env"]}
+                base = env["FORGE_BASE_URL"].replace(f"http://{PROXY_HOST}:8800", proxy.url)
+                answer = httpx.post(base + "/chat/completions", timeout=30,
+                                    headers={"authorization": f"Bearer {env['FORGE_API_KEY']}"},
+                                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                calls.append(answer.status_code)
+                return b"done\n", b"", 0 if answer.status_code == 200 else 1
+
+            cluster.on_command = container
+            monkeypatch.setenv("FORGE_PROXY_TOKEN", token)
+            code, out, err = forge(monkeypatch, capsys, "k8s", "check", f"proxy.url={proxy.url}",
+                                   f"proxy.upstream={upstream.url}", f"run.output_dir={tmp_path / 'runs'}")
+    finally:
+        upstream.stop()
+    steps = lines(out)
+    assert calls == [200], "the pod's model call was accepted by the proxy its rollout was registered on"
+    assert code == 0, out + err
+    assert steps["proxy"].startswith("ok:") and f"{upstream.url} healthy" in steps["proxy"]
+    assert steps["rollout"].startswith("ok: 1 rollout of react: 1 model call recorded through the in-cluster proxy")
+    nothing_left(cluster)
