@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from forge_cli.cli.app import main
 from forge_cli.config.schema import KubernetesRuntime
@@ -171,6 +172,17 @@ def test_image_pull_backoff_names_the_sandbox_image(cluster: FakeCluster) -> Non
     assert steps["pod"].status == "FAILED"
     assert "cannot pull registry.example/forge-base:bookworm (ImagePullBackOff)" in steps["pod"].detail
     assert "set env.image" in steps["pod"].fix
+    nothing_left(cluster)
+
+
+def test_pod_security_rejection_is_not_called_rbac(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    def admission(namespace: str, body: dict[str, Any]) -> None:
+        raise ApiException(status=403, reason='pods "x" is forbidden: violates PodSecurity "restricted:latest"')
+
+    monkeypatch.setattr(cluster, "_create_namespaced_pod", admission)
+    steps = {s.name: s for s in run_canary(cluster)}
+    assert steps["pod"].status == "FAILED" and "Pod Security admission rejected the pod" in steps["pod"].detail
+    assert "RBAC" not in steps["pod"].detail
     nothing_left(cluster)
 
 
