@@ -62,7 +62,8 @@ def _forge() -> dict[str, Any]:
 
 def _cpuinfo(path: Path = Path("/proc/cpuinfo")) -> tuple[str | None, set[str]]:
     """The CPU's model name and flags (Linux; elsewhere: None and none)."""
-    model, flags = None, set()
+    model: str | None = None
+    flags: set[str] = set()
     try:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             key, _, value = line.partition(":")
