@@ -1,6 +1,7 @@
 """The teacher stand-in (`benchmarks/teacher_standin.py`): answers builtin train tasks with their reference solution
 through whatever shell-like tool the request offers, refuses val and test tasks, streams like an API; and through
-forge's capture proxy and a real harness (pi, local sandbox) its trajectories score reward 1 on train tasks."""
+forge's capture proxy and a real harness (pi, local sandbox) its trajectories score reward 1 on train tasks; the
+server itself is forge_cli/testing/teacher_standin.py, benchmarks/teacher_standin.py its command-line entry."""
 
 from __future__ import annotations
 
@@ -141,3 +142,16 @@ def test_pi_through_the_proxy_with_the_teacher_scores_1_on_train_tasks(tmp_path:
     for status, request, response, ids in calls:
         assert status == "ok" and json.loads(request)["messages"] and json.loads(response)
         assert not ids, "an API returns no token ids: the record holds the messages and the answer"
+
+
+def test_a_text_protocol_harness_gets_a_fenced_block_then_finish(teacher: Any) -> None:
+    """forge-react --tools text: no tools, a system prompt of fenced bash examples."""
+    train, _ = _train_and_test(teacher)
+    system = {"role": "system", "content": "Reply with ONE bash code block.\n```bash\necho hi\n```"}
+    status, first = teacher.answer({"messages": [system, {"role": "user", "content": train.instruction}]})
+    assert status == 200
+    assert first["choices"][0]["message"]["content"] == f"```bash\n{train.solution}\n```"
+    status, second = teacher.answer({"messages": [system, {"role": "user", "content": train.instruction},
+                                                  first["choices"][0]["message"],
+                                                  {"role": "user", "content": "OBSERVATION: exit 0"}]})
+    assert status == 200 and second["choices"][0]["message"]["content"].startswith("ACTION: finish")
