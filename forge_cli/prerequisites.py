@@ -16,6 +16,7 @@ from forge_cli.config.schema import DockerRuntime, Experiment, KubernetesRuntime
 from forge_cli.desktop.osworld_env import INSTALL
 from forge_cli.errors import UserError
 from forge_cli.harness.bundle_paths import binary_fix, bundle_dir, is_installed
+from forge_cli.harness.fingerprint_diff import pinned_drift
 from forge_cli.harness.installer import installer_for
 from forge_cli.paths import env_dir, env_python
 from forge_cli.runtime import isolation
@@ -148,6 +149,26 @@ def check_harness(exp: Experiment) -> list[Check]:
     return checks
 
 
+def check_fingerprint(exp: Experiment) -> list[Check]:
+    """The drift guard's cheap half (no canary): is the harness that would run the version its committed fingerprint
+    (configs/harness/NAME.fingerprint.json) was taken from? ``forge harness check`` runs the live half."""
+    name = exp.harness.name
+    try:
+        path, pinned, drift = pinned_drift(name)
+    except (UserError, KeyError):  # a harness of the user's own config dir: forge harness check --config-dir DIR
+        return []
+    label = f"harness fingerprint {name}"
+    if pinned is None:
+        return [Check(label, True, f"none committed ({path.name}; forge harness fingerprint +harness={name} --write "
+                                   "takes one)")]
+    if drift:
+        return [Check(label, False, drift, f"forge harness check +harness={name} (diffs its live requests against the "
+                                           f"fingerprint); if the changes are intended: forge harness fingerprint "
+                                           f"+harness={name} --write")]
+    return [Check(label, True, f"{pinned.get('version')} fingerprinted in {path.name} (live: forge harness check "
+                               f"+harness={name})")]
+
+
 def check_browser(exp: Experiment) -> list[Check]:
     """Web envs (``env=miniwob``, ``webvoyager``, ``mind2web``): Chromium and the pinned @playwright/mcp."""
     from forge_cli.envs.source import source_class
@@ -190,7 +211,7 @@ def check_desktop(exp: Experiment) -> list[Check]:
 def run_checks(exp: Experiment) -> list[Check]:
     """Every prerequisite of the experiment, in the order a user would fix them."""
     return [check_python(), *check_model(exp), check_mitmdump(), *check_runtime(exp), *check_harness(exp),
-            *check_browser(exp), *check_desktop(exp), *check_trainer(exp)]
+            *check_fingerprint(exp), *check_browser(exp), *check_desktop(exp), *check_trainer(exp)]
 
 
 def check_trainer(exp: Experiment) -> list[Check]:

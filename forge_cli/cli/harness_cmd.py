@@ -8,9 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
+from forge_cli.cli import harness_fingerprint_cmd
 from forge_cli.cli.common import ConfigDir, JsonFlag
 
-app = typer.Typer(help="Install and list harness bundles (the harness plus the runtime it needs).",
+app = typer.Typer(help="Install and list harness bundles (the harness plus the runtime it needs); fingerprint a "
+                  "harness's requests and check them for drift.",
                   no_args_is_help=True)
 
 
@@ -94,3 +96,8 @@ def ls(config_dir: ConfigDir = None, as_json: JsonFlag = False) -> None:
     console.print(table)
     if missing:
         console.print(f"install with: forge harness install {' '.join(missing)}", markup=False)
+
+
+# the drift guard: forge harness fingerprint | check (harness_fingerprint_cmd.py)
+app.command("fingerprint")(harness_fingerprint_cmd.fingerprint)
+app.command("check")(harness_fingerprint_cmd.check)
