@@ -10,8 +10,11 @@ unchanged passes (and can be re-pinned to record the version).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from forge_cli.harness.bundles import installed_bundles, known_harnesses, load_harness, read_manifest
 
 SUFFIX = ".fingerprint.json"
 
@@ -32,30 +35,63 @@ def _value_changes(before: Any, after: Any, where: str = "") -> list[tuple[str, 
     return [(where, before, after)]
 
 
+def _keyed(before: dict[str, Any], after: dict[str, Any], added: Callable[[str], str],
+           removed: Callable[[str], str], changed: Callable[[str], list[str]]) -> list[str]:
+    """The lines of two name-keyed maps: ``added(name)``, ``removed(name)``, ``changed(name)`` (where they differ)."""
+    out: list[str] = []
+    for name in sorted(set(before) | set(after)):
+        if name not in before:
+            out.append(added(name))
+        elif name not in after:
+            out.append(removed(name))
+        elif before[name] != after[name]:
+            out += changed(name)
+    return out
+
+
+def _parameter_change(prefix: str, name: str, before: Any, after: Any) -> list[str]:
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return [f"{prefix}: parameter `{name}` changed ({_short(before)} -> {_short(after)})"]
+    details = ", ".join(f"{k} {_short(before.get(k))} -> {_short(after.get(k))}" if k in ("type", "enum", "default")
+                        else f"{k} changed" for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k))
+    return [f"{prefix}: parameter `{name}` changed ({details})"]
+
+
 def _schema_changes(prefix: str, before: Any, after: Any) -> list[str]:
     """A tool's parameter schema, parameter by parameter where both are object schemas."""
     if not (isinstance(before, dict) and isinstance(after, dict)):
         return [f"{prefix}: parameter schema changed: {_short(before)} -> {_short(after)}"]
-    out: list[str] = []
-    props_before = before.get("properties") or {}
-    props_after = after.get("properties") or {}
-    for name in sorted(set(props_before) | set(props_after)):
-        if name not in props_before:
-            out.append(f"{prefix}: parameter `{name}` added ({_short(props_after[name])})")
-        elif name not in props_after:
-            out.append(f"{prefix}: parameter `{name}` removed")
-        elif props_before[name] != props_after[name]:
-            changed = sorted(k for k in set(props_before[name]) | set(props_after[name])
-                             if props_before[name].get(k) != props_after[name].get(k)) \
-                if isinstance(props_before[name], dict) and isinstance(props_after[name], dict) else ["schema"]
-            details = ", ".join(
-                f"{k} {_short(props_before[name].get(k))} -> {_short(props_after[name].get(k))}"
-                if k in ("type", "enum", "default") else f"{k} changed" for k in changed)
-            out.append(f"{prefix}: parameter `{name}` changed ({details})")
+    props_before, props_after = before.get("properties") or {}, after.get("properties") or {}
+    out = _keyed(props_before, props_after,
+                 lambda n: f"{prefix}: parameter `{n}` added ({_short(props_after[n])})",
+                 lambda n: f"{prefix}: parameter `{n}` removed",
+                 lambda n: _parameter_change(prefix, n, props_before[n], props_after[n]))
     for key in sorted((set(before) | set(after)) - {"properties"}):
         if before.get(key) != after.get(key):
             out.append(f"{prefix}: schema `{key}` {_short(before.get(key))} -> {_short(after.get(key))}")
     return out
+
+
+def _tool_change(prefix: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    out = []
+    if before.get("schema_sha256") != after.get("schema_sha256"):
+        out += _schema_changes(prefix, before.get("schema"), after.get("schema"))
+    if before.get("description_sha256") != after.get("description_sha256"):
+        out.append(f"{prefix}: description changed")
+    return out
+
+
+def _history_changes(role: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    def calls(fp: dict[str, Any]) -> str:
+        return ", ".join(str(c) for c in fp.get("history_breaks") or [])
+
+    if before.get("append_only") and not after.get("append_only"):
+        return [f"{role}: history no longer append-only at call {calls(after)}"]
+    if not before.get("append_only") and after.get("append_only"):
+        return [f"{role}: history now append-only (was not at call {calls(before)})"]
+    if before.get("history_breaks") != after.get("history_breaks"):
+        return [f"{role}: history not append-only at call {calls(after)} (was at call {calls(before)})"]
+    return []
 
 
 def _role_changes(role: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -68,37 +104,17 @@ def _role_changes(role: str, before: dict[str, Any], after: dict[str, Any]) -> l
         out.append(f"{role}: system prompt changed: {sp_before.get('chars', 0):,} -> {sp_after.get('chars', 0):,} "
                    f"chars (sha256 {str(sp_before.get('sha256'))[:12]} -> {str(sp_after.get('sha256'))[:12]})")
     tools_before, tools_after = before.get("tools") or {}, after.get("tools") or {}
-    for name in sorted(set(tools_before) | set(tools_after)):
-        if name not in tools_before:
-            out.append(f"{role}: tool `{name}` added")
-        elif name not in tools_after:
-            out.append(f"{role}: tool `{name}` removed")
-        else:
-            if tools_before[name].get("schema_sha256") != tools_after[name].get("schema_sha256"):
-                out += _schema_changes(f"{role}: tool `{name}`", tools_before[name].get("schema"),
-                                       tools_after[name].get("schema"))
-            if tools_before[name].get("description_sha256") != tools_after[name].get("description_sha256"):
-                out.append(f"{role}: tool `{name}`: description changed")
+    out += _keyed(tools_before, tools_after, lambda n: f"{role}: tool `{n}` added",
+                  lambda n: f"{role}: tool `{n}` removed",
+                  lambda n: _tool_change(f"{role}: tool `{n}`", tools_before[n], tools_after[n]))
     if list(tools_before) != list(tools_after) and set(tools_before) == set(tools_after):
         out.append(f"{role}: tools reordered: {', '.join(tools_before)} -> {', '.join(tools_after)}")
     fields_before, fields_after = before.get("fields") or {}, after.get("fields") or {}
-    for name in sorted(set(fields_before) | set(fields_after)):
-        if name not in fields_before:
-            out.append(f"{role}: field `{name}` added ({_short(fields_after[name])})")
-        elif name not in fields_after:
-            out.append(f"{role}: field `{name}` no longer sent (was {_short(fields_before[name])})")
-        elif fields_before[name] != fields_after[name]:
-            out += [f"{role}: field `{name}`{where}: {_short(a)} -> {_short(b)}"
-                    for where, a, b in _value_changes(fields_before[name], fields_after[name])]
-    if before.get("append_only") and not after.get("append_only"):
-        calls = ", ".join(str(c) for c in after.get("history_breaks") or [])
-        out.append(f"{role}: history no longer append-only at call {calls}")
-    elif not before.get("append_only") and after.get("append_only"):
-        out.append(f"{role}: history now append-only (was not at call "
-                   f"{', '.join(str(c) for c in before.get('history_breaks') or [])})")
-    elif before.get("history_breaks") != after.get("history_breaks"):
-        out.append(f"{role}: history breaks at call {before.get('history_breaks')} -> {after.get('history_breaks')}")
-    return out
+    out += _keyed(fields_before, fields_after, lambda n: f"{role}: field `{n}` added ({_short(fields_after[n])})",
+                  lambda n: f"{role}: field `{n}` no longer sent (was {_short(fields_before[n])})",
+                  lambda n: [f"{role}: field `{n}`{where}: {_short(a)} -> {_short(b)}"
+                             for where, a, b in _value_changes(fields_before[n], fields_after[n])])
+    return out + _history_changes(role, before, after)
 
 
 def diff(pinned: dict[str, Any], live: dict[str, Any]) -> list[str]:
@@ -128,11 +144,8 @@ def fingerprint_path(config: Path) -> Path:
 
 
 def read_fingerprint(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    """The fingerprint in ``path`` (None: no such file, or not a JSON object)."""
+    return read_manifest(path)
 
 
 def write_fingerprint(path: Path, data: dict[str, Any]) -> None:
@@ -155,8 +168,6 @@ def version_drift(name: str, pinned_version: str | None, fingerprint_version: st
 
 def installed_version(name: str, config_dir: Path | None = None) -> tuple[str | None, str | None]:
     """(the config's pinned version, the installed bundle's version or None: not installed, builtin or binary)."""
-    from forge_cli.harness.bundles import installed_bundles, load_harness
-
     harness = load_harness(name, config_dir)
     if harness.package.manager in ("builtin", "binary"):
         return harness.package.version, None
@@ -167,8 +178,6 @@ def installed_version(name: str, config_dir: Path | None = None) -> tuple[str | 
 def pinned_drift(name: str, config_dir: Path | None = None) -> tuple[Path, dict[str, Any] | None, str | None]:
     """The cheap half of ``forge harness check`` (no canary): (the fingerprint's path, its content or None when
     there is none, why the harness that would run is not the fingerprinted version or None)."""
-    from forge_cli.harness.bundles import known_harnesses
-
     version, installed = installed_version(name, config_dir)  # an unknown name: UserError listing the known ones
     path = fingerprint_path(known_harnesses(config_dir)[name])
     pinned = read_fingerprint(path)

@@ -9,6 +9,7 @@ that is removed afterwards; the stand-in runs in this process on a free loopback
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from forge_cli.errors import UserError
+from forge_cli.harness.fingerprint import fingerprint
+from forge_cli.harness.fingerprint_diff import installed_version
+from forge_cli.rollout.reader import read_run
+from forge_cli.testing.teacher_standin import TeacherServer, builtin_teacher
 
 # the canary: a train task the stand-in solves in two calls (a tool call running the reference solution, then
 # a final answer; forge-react: a fenced bash block, then ACTION: finish)
@@ -34,8 +41,6 @@ def harness_name(overrides: list[str]) -> tuple[str, list[str]]:
         else:
             rest.append(item)
     if name is None:
-        from forge_cli.errors import UserError
-
         raise UserError("which harness? name it with +harness=NAME", fix="forge harness fingerprint +harness=pi",
                         exit_code=2)
     return name, rest
@@ -44,12 +49,6 @@ def harness_name(overrides: list[str]) -> tuple[str, list[str]]:
 def run_canary(name: str, overrides: list[str], config_dir: Path | None, say: Callable[[str], None]
                ) -> dict[str, Any]:
     """Run the canary through harness ``name`` and return its fingerprint (UserError when no call was recorded)."""
-    from forge_cli.errors import UserError
-    from forge_cli.harness.fingerprint import fingerprint
-    from forge_cli.harness.fingerprint_diff import installed_version
-    from forge_cli.rollout.reader import read_run
-    from forge_cli.testing.teacher_standin import TeacherServer, builtin_teacher
-
     pinned, installed = installed_version(name, config_dir)
     runtime = next((o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "runtime"),
                    DEFAULT_RUNTIME)
@@ -70,8 +69,6 @@ def run_canary(name: str, overrides: list[str], config_dir: Path | None, say: Ca
         if done.returncode != 0:
             raise UserError(f"the canary rollout failed (forge rollout exit {done.returncode}): "
                             f"{done.stderr.strip()[-2000:]}", exit_code=2)
-        import json
-
         run_dir = Path(json.loads(done.stdout)["run_dir"])
         rollouts = list(read_run(run_dir))
         if not rollouts or not rollouts[0].calls:
