@@ -32,9 +32,10 @@ def fingerprint(
     config_dir: ConfigDir = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Record the structure of a harness's requests from a live canary rollout: wire format, system prompt (SHA-256
-    and length), tool names and parameter schemas, the sampling fields it sends, whether its history is append-only,
-    per role (main calls, side calls) and the number of calls.
+    """Fingerprint a harness's requests from a live canary rollout.
+
+    Records per role (main calls, side calls) the wire format, the system prompt's SHA-256 and length, tool names and
+    parameter schemas, the sampling fields it sends, whether its history is append-only, and the number of calls.
 
     The canary is one builtin train task in a docker sandbox, every call answered by the teacher stand-in through the
     capture proxy. Prints the fingerprint; --write keeps it beside the harness config (the version it was taken from
@@ -66,8 +67,10 @@ def _summary(fp: dict[str, Any]) -> str:
 
 
 def check(overrides: HarnessOverrides = None, config_dir: ConfigDir = None, as_json: JsonFlag = False) -> None:
-    """Diff the live harness against its committed fingerprint: runs the canary again and names each change (a tool
-    or parameter added or removed, the system prompt's length, a sampling field, history no longer append-only).
+    """Diff the live harness's requests against its committed fingerprint.
+
+    Runs the canary again and names each change: a tool or parameter added or removed, the system prompt's length, a
+    sampling field, history no longer append-only.
 
     Exit 0: the same structure (a new version with unchanged requests passes: re-pin it with forge harness
     fingerprint +harness=NAME --write); 1: changes, listed; 2: no fingerprint committed for the harness, or the canary
