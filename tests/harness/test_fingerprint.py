@@ -168,8 +168,30 @@ def test_committed_fingerprints_are_beside_their_configs() -> None:
         assert fingerprint_path(config) == path
         data = read_fingerprint(path)
         assert data is not None and data["harness"] == config.stem
-        assert str(yaml.safe_load(config.read_text())["package"]["version"]) == data["version"], path
+        pinned = str(yaml.safe_load(config.read_text())["package"]["version"])
+        assert pinned == data["version"], (f"{config} pins {pinned}, its fingerprint is of {data['version']}: "
+                                           f"forge harness check +harness={config.stem}, then forge harness "
+                                           f"fingerprint +harness={config.stem} --write")
         assert data["roles"]["main"]["calls"] >= 2, "the canary saw more than one call"
+
+
+def test_doctor_checks_the_fingerprinted_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """forge doctor's cheap half: ok at the fingerprinted version, missing (with the fix) at another."""
+    from forge_cli import prerequisites
+    from forge_cli.config.compose import compose
+
+    exp = compose(["+harness=pi"]).experiment
+    [ok] = prerequisites.check_fingerprint(exp)
+    assert ok.ok and ok.name == "harness fingerprint pi" and "1.6.0 fingerprinted" in ok.detail
+    path = REPO / "configs" / "harness" / "pi.fingerprint.json"
+    monkeypatch.setattr(prerequisites, "pinned_drift", lambda name: (path, {"version": "1.6.0"}, version_drift(
+        "pi", "1.6.0", "1.6.0", "1.7.0")))
+    [drifted] = prerequisites.check_fingerprint(exp)
+    assert not drifted.ok and "pi 1.7.0 (installed)" in drifted.detail
+    assert "forge harness check +harness=pi" in drifted.fix and "--write" in drifted.fix
+    monkeypatch.setattr(prerequisites, "pinned_drift", lambda name: (path, None, None))
+    [none] = prerequisites.check_fingerprint(exp)
+    assert none.ok and "forge harness fingerprint +harness=pi --write" in none.detail
 
 
 def test_train_guard_checks_a_harness_that_is_not_its_fingerprinted_version(
