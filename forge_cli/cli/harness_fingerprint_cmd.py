@@ -49,6 +49,13 @@ def fingerprint(
 
     name, rest = harness_name(overrides or [])
     live = run_canary(name, rest, config_dir, _say)
+    status = live["canary"].get("status")
+    if write and status != "ok":
+        from forge_cli.errors import UserError
+
+        raise UserError(f"the canary rollout through {name} ended {status}: its fingerprint is not written",
+                        fix=f"forge rollout +harness={name} env.split=train shows why (its logs in the run directory)",
+                        exit_code=2)
     if write:
         path = fingerprint_path(known_harnesses(config_dir)[name])
         write_fingerprint(path, live)

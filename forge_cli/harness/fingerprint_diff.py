@@ -3,8 +3,8 @@ committed fingerprint lives; and whether the installed harness is the version it
 
 ``diff(pinned, live)`` lists each change as one line, e.g. ``main: tool `bash`: parameter `timeout` added``,
 ``main: system prompt changed: 1,450 -> 1,602 chars``, ``main: history no longer append-only at call 3``. The
-harness version, the canary's settings and the schema number are not compared: a new version whose requests are
-unchanged passes (and can be re-pinned to record the version).
+harness version, the canary's settings and the schema number are not compared (the canary rollout's status is): a
+new version whose requests are unchanged passes (and can be re-pinned to record the version).
 """
 
 from __future__ import annotations
@@ -120,6 +120,9 @@ def _role_changes(role: str, before: dict[str, Any], after: dict[str, Any]) -> l
 def diff(pinned: dict[str, Any], live: dict[str, Any]) -> list[str]:
     """Each change from ``pinned`` to ``live``, one readable line each (empty: the same structure)."""
     out: list[str] = []
+    status_before, status_after = (fp.get("canary", {}).get("status") for fp in (pinned, live))
+    if status_before and status_after and status_before != status_after:
+        out.append(f"canary rollout {status_before} -> {status_after}")
     if pinned.get("calls") != live.get("calls"):
         out.append(f"calls per canary rollout: {pinned.get('calls')} -> {live.get('calls')}")
     roles_before, roles_after = pinned.get("roles") or {}, live.get("roles") or {}

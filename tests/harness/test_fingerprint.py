@@ -148,6 +148,14 @@ def test_diff_names_each_change() -> None:
         assert line in changes, (line, changes)
     assert any(c.startswith("main: system prompt changed: 1,450 -> 1,602 chars") for c in changes), changes
     assert diff(before, {**before, "version": "2.0"}) == [], "the version alone is no change"
+    nested = copy.deepcopy(before)
+    nested["roles"]["main"]["fields"]["reasoning"] = {"effort": "low", "summary": "auto"}
+    deeper = copy.deepcopy(nested)
+    deeper["roles"]["main"]["fields"]["reasoning"]["effort"] = "high"
+    deeper["canary"] = {"status": "agent_error"}
+    nested["canary"] = {"status": "ok"}
+    assert diff(nested, deeper) == ["canary rollout ok -> agent_error",
+                                    'main: field `reasoning`.effort: "low" -> "high"']
 
 
 def test_version_drift() -> None:
