@@ -154,7 +154,7 @@ def check_fingerprint(exp: Experiment) -> list[Check]:
     (configs/harness/NAME.fingerprint.json) was taken from? ``forge harness check`` runs the live half."""
     name = exp.harness.name
     try:
-        path, pinned, drift = pinned_drift(name)
+        path, pinned, drift = pinned_drift(name, pinned_version=exp.harness.package.version)
     except (UserError, KeyError):  # a harness of the user's own config dir: forge harness check --config-dir DIR
         return []
     label = f"harness fingerprint {name}"

@@ -114,15 +114,16 @@ def live_check(name: str, overrides: list[str], config_dir: Path | None) -> dict
             "fingerprint": str(path), "changes": diff(pinned, live), "summary": _summary(live)}
 
 
-def guard_before_train(name: str, config_dir: Path | None, runtime: str) -> None:
+def guard_before_train(name: str, config_dir: Path | None, runtime: str, version: str | None = None) -> None:
     """``forge train``'s drift guard: when the harness that would run is not the version its committed fingerprint
     was taken from, run ``forge harness check`` first and refuse (exit 2) a harness whose requests changed; a check
-    that cannot run (no docker, say) is a warning. Nothing when the versions match or nothing is fingerprinted."""
+    that cannot run (no docker, say) is a warning. Nothing when the versions match or nothing is fingerprinted.
+    ``version``: the experiment's ``harness.package.version`` (a command line may override the config's)."""
     from forge_cli.errors import UserError
     from forge_cli.harness.fingerprint_diff import pinned_drift
 
     try:
-        _, pinned, drift = pinned_drift(name, config_dir)
+        _, pinned, drift = pinned_drift(name, config_dir, version)
     except (UserError, KeyError):
         return
     if pinned is None or drift is None:

@@ -43,7 +43,7 @@ def train(
     if not dry_run:  # the harness drift guard: a harness that is not its fingerprinted version is checked first
         from forge_cli.cli.harness_fingerprint_cmd import guard_before_train
 
-        guard_before_train(exp.harness.name, config_dir, exp.runtime.kind)
+        guard_before_train(exp.harness.name, config_dir, exp.runtime.kind, exp.harness.package.version)
     # the trainer backend's own entry (trainer.kind's options class names it: config/training.py)
     module, _, name = type(exp.trainer).runner.partition(":")
     runner = getattr(importlib.import_module(module), name)

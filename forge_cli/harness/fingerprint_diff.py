@@ -178,12 +178,14 @@ def installed_version(name: str, config_dir: Path | None = None) -> tuple[str | 
     return harness.package.version, (str(found.get("version")) if found else None)
 
 
-def pinned_drift(name: str, config_dir: Path | None = None) -> tuple[Path, dict[str, Any] | None, str | None]:
+def pinned_drift(name: str, config_dir: Path | None = None, pinned_version: str | None = None
+                 ) -> tuple[Path, dict[str, Any] | None, str | None]:
     """The cheap half of ``forge harness check`` (no canary): (the fingerprint's path, its content or None when
-    there is none, why the harness that would run is not the fingerprinted version or None)."""
+    there is none, why the harness that would run is not the fingerprinted version or None). ``pinned_version``: the
+    composed experiment's ``harness.package.version`` where a command line overrides the config file's."""
     version, installed = installed_version(name, config_dir)  # an unknown name: UserError listing the known ones
     path = fingerprint_path(known_harnesses(config_dir)[name])
     pinned = read_fingerprint(path)
     if pinned is None:
         return path, None, None
-    return path, pinned, version_drift(name, version, pinned.get("version"), installed)
+    return path, pinned, version_drift(name, pinned_version or version, pinned.get("version"), installed)

@@ -191,13 +191,16 @@ def test_doctor_checks_the_fingerprinted_version(monkeypatch: pytest.MonkeyPatch
     exp = compose(["+harness=pi"]).experiment
     [ok] = prerequisites.check_fingerprint(exp)
     assert ok.ok and ok.name == "harness fingerprint pi" and "1.6.0 fingerprinted" in ok.detail
+    [bumped] = prerequisites.check_fingerprint(compose(["+harness=pi", "harness.package.version=1.7.0"]).experiment)
+    assert not bumped.ok and "pi 1.7.0 (pinned) is not the version its fingerprint was taken from (1.6.0)" in \
+        bumped.detail
     path = REPO / "configs" / "harness" / "pi.fingerprint.json"
-    monkeypatch.setattr(prerequisites, "pinned_drift", lambda name: (path, {"version": "1.6.0"}, version_drift(
+    monkeypatch.setattr(prerequisites, "pinned_drift", lambda name, **_: (path, {"version": "1.6.0"}, version_drift(
         "pi", "1.6.0", "1.6.0", "1.7.0")))
     [drifted] = prerequisites.check_fingerprint(exp)
     assert not drifted.ok and "pi 1.7.0 (installed)" in drifted.detail
     assert "forge harness check +harness=pi" in drifted.fix and "--write" in drifted.fix
-    monkeypatch.setattr(prerequisites, "pinned_drift", lambda name: (path, None, None))
+    monkeypatch.setattr(prerequisites, "pinned_drift", lambda name, **_: (path, None, None))
     [none] = prerequisites.check_fingerprint(exp)
     assert none.ok and "forge harness fingerprint +harness=pi --write" in none.detail
 
