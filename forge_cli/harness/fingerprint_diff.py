@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.harness.bundles import installed_bundles, known_harnesses, load_harness, read_manifest
+from forge_cli.harness.installer import installer_class
 
 SUFFIX = ".fingerprint.json"
 
@@ -172,7 +173,8 @@ def version_drift(name: str, pinned_version: str | None, fingerprint_version: st
 def installed_version(name: str, config_dir: Path | None = None) -> tuple[str | None, str | None]:
     """(the config's pinned version, the installed bundle's version or None: not installed, builtin or binary)."""
     harness = load_harness(name, config_dir)
-    if harness.package.manager in ("builtin", "binary"):
+    installer = installer_class(harness.package.manager)
+    if installer.ships_with_forge or installer.user_provided:
         return harness.package.version, None
     found = next((b for b in installed_bundles() if b.get("name") == name), None)
     return harness.package.version, (str(found.get("version")) if found else None)

@@ -11,7 +11,8 @@ trainer=verl``), beside ``config.yaml`` (the composed experiment). It records:
 - ``environments``: each environment the run uses (forge's own, vLLM's when forge serves the policy, mitmproxy's
   for the proxy, veRL's for ``trainer=verl``) as the SHA-256 of its installed distributions (``name==version``,
   sorted) and their count: a lock of what ran, read from the environment's ``*.dist-info`` directories;
-- ``harness``: name, package and pinned version;
+- ``harness``: name, package and pinned version, and the SHA-256 of its committed fingerprint
+  (``configs/harness/<name>.fingerprint.json``, ``forge harness check``; None: none committed);
 - ``model``: where the policy came from and the SHA-256 of its weights' content (from the converted model's own
   manifest of file hashes, else of its files, cached by path, size and modification time);
 - ``seeds``: ``run.seed`` and ``rollout.sampling.seed``;
@@ -32,6 +33,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forge_cli.errors import UserError
+from forge_cli.harness.bundles import known_harnesses
+from forge_cli.harness.fingerprint_diff import fingerprint_path
 from forge_cli.paths import env_dir, forge_home
 
 if TYPE_CHECKING:
@@ -176,6 +180,15 @@ def _model(exp: Experiment) -> dict[str, Any]:
     return {"source": source, "path": str(path) if path else None, "content_sha256": model_hash(directory)}
 
 
+def _fingerprint(name: str) -> str | None:
+    """The SHA-256 of the harness's committed fingerprint file (None: none, or a harness config forge cannot find)."""
+    try:
+        path = fingerprint_path(known_harnesses()[name])
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    except (KeyError, OSError, UserError):
+        return None
+
+
 def build(exp: Experiment, data: dict[str, Any]) -> dict[str, Any]:
     """The manifest of a run of ``exp`` (``data``: the composed experiment as written to config.yaml)."""
     package = exp.harness.package
@@ -185,7 +198,7 @@ def build(exp: Experiment, data: dict[str, Any]) -> dict[str, Any]:
         "machine": machine(),
         "environments": _environments(exp),
         "harness": {"name": exp.harness.name, "package": getattr(package, "name", None),
-                    "version": getattr(package, "version", None)},
+                    "version": getattr(package, "version", None), "fingerprint_sha256": _fingerprint(exp.harness.name)},
         "model": _model(exp),
         "seeds": {"run.seed": exp.run.seed, "rollout.sampling.seed": exp.rollout.sampling.seed},
         "config_sha256": hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest(),

@@ -9,6 +9,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from forge_cli.harness.bundles import known_harnesses
+from forge_cli.harness.fingerprint_diff import fingerprint_path
 from forge_cli.rollout import manifest
 from forge_cli.serve.prepare import MANIFEST as MODEL_MANIFEST
 from forge_cli.serve.prepare import default_model_dir
@@ -35,7 +37,7 @@ def test_every_run_records_what_ran_and_compare_warns(tmp_path: Path) -> None:
     assert got is not None
     assert got["forge"]["version"] and got["python"] and got["seeds"] == {"run.seed": 0,
                                                                          "rollout.sampling.seed": None}
-    assert got["harness"]["name"] == "solver"
+    assert got["harness"]["name"] == "solver" and got["harness"]["fingerprint_sha256"] is None  # none committed
     host = got["machine"]
     assert host["cores"] >= 1 and isinstance(host["bf16"], bool) and host["memory_gib"] > 0
     assert isinstance(host["gpus"], list)
@@ -82,3 +84,9 @@ def test_the_machine_a_run_ran_on(tmp_path: Path) -> None:
     a = {"machine": {"cpu": "AMD EPYC", "bf16": True}}
     b = {"machine": {"cpu": "AMD EPYC", "bf16": False}}
     assert manifest.differences(a, b) == ["machine.bf16: True -> False"]
+
+
+def test_the_manifest_names_the_harness_fingerprint() -> None:
+    path = fingerprint_path(known_harnesses()["pi"])
+    assert manifest._fingerprint("pi") == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert manifest._fingerprint("no-such-harness") is None
