@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from forge_cli.errors import UserError
+from forge_cli.plugins import Registry
 
 if TYPE_CHECKING:
     from forge_cli.envs.task import Task
@@ -137,9 +138,6 @@ class VerifyContext:
             return None
 
 
-VERIFIERS: dict[str, type[Verifier]] = {}
-
-
 class Verifier(abc.ABC):
     """Scores a finished rollout. Subclass with ``kind="name"`` to register."""
 
@@ -149,7 +147,7 @@ class Verifier(abc.ABC):
         super().__init_subclass__(**kwargs)
         if kind:
             cls.kind = kind
-            VERIFIERS[kind] = cls
+            VERIFIERS.add(kind, cls)
 
     @abc.abstractmethod
     async def score(self, ctx: VerifyContext) -> Score:
@@ -168,17 +166,21 @@ class Verifier(abc.ABC):
             raise UserError(f"{where}: verifier '{cls.kind}': {exc}", exit_code=2) from None
 
 
+# verifiers by kind (forge_cli/plugins.py): the shipped ones found where they live (envs/verifiers.py, imported on the
+# first lookup: this module imports none), an env's own when its module is imported, a package's through the
+# entry-point group ``forge.verifiers``, ``pkg.module:Class`` for a user's own (verifier_class)
+VERIFIERS: Registry[type[Verifier]] = Registry("verifier", Verifier, "forge.verifiers", own="envs/verifiers.py")
+
+
 def verifier_class(kind: str, where: str = "verifier") -> type[Verifier]:
     """The verifier class registered as ``kind``, or named by a dotted path ``pkg.module:Class``."""
-    import forge_cli.envs.verifiers  # noqa: F401  (registers the shipped verifiers)
-
-    if kind in VERIFIERS:
-        return VERIFIERS[kind]
+    if ":" not in kind and kind in VERIFIERS:
+        return VERIFIERS.get(kind)
     obj = import_object(kind, where) if ":" in kind else None
     if isinstance(obj, type) and issubclass(obj, Verifier):
         return obj
     raise UserError(f"{where}: unknown verifier kind '{kind}'",
-                    fix=f"use one of: {', '.join(sorted(VERIFIERS))}, or a dotted path pkg.module:VerifierClass",
+                    fix=f"use one of: {', '.join(VERIFIERS.names())}, or a dotted path pkg.module:VerifierClass",
                     exit_code=2)
 
 

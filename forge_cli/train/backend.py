@@ -18,20 +18,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from forge_cli.errors import UserError
+from forge_cli.plugins import Registry
 from forge_cli.train.sample import Sample
-
-BACKENDS: dict[str, type[TrainerBackend]] = {}
 
 
 def backend_class(kind: str) -> type[TrainerBackend]:
     """The backend registered as ``kind``; UserError (exit 2) for one forge's loop cannot run."""
-    import forge_cli.train.local  # noqa: F401  (registers the local trainer)
-
     if kind not in BACKENDS:
         raise UserError(f"trainer '{kind}' is not a forge trainer backend here",
                         fix="trainer=local (trainer=verl runs veRL's own loop: forge_cli/train/verl/launch.py)",
                         exit_code=2)
-    return BACKENDS[kind]
+    return BACKENDS.get(kind)
 
 
 class TrainerBackend(abc.ABC):
@@ -41,7 +38,7 @@ class TrainerBackend(abc.ABC):
         super().__init_subclass__(**kwargs)
         if kind:
             cls.kind = kind
-            BACKENDS[kind] = cls
+            BACKENDS.add(kind, cls)
 
     @abc.abstractmethod
     def __init__(self, model_dir: Path, trainer: Any, algo: Any, device: str = "cpu", seed: int = 0) -> None:
@@ -62,3 +59,10 @@ class TrainerBackend(abc.ABC):
     @abc.abstractmethod
     def export_weights(self, directory: Path) -> Path:
         """Write the current weights where the policy server can reload them; returns that directory."""
+
+
+# the update backends of forge's own step loop by kind (forge_cli/plugins.py): the local trainer found where it lives
+# (train/local.py, imported on the first lookup: this module imports no backend); another registers by subclassing
+# (its module imported first) or through the entry-point group ``forge.trainer_backends``
+BACKENDS: Registry[type[TrainerBackend]] = Registry("trainer backend", TrainerBackend, "forge.trainer_backends",
+                                                    own="train/local.py")
