@@ -38,7 +38,8 @@ from forge_cli.eval.metrics import (
     pass_hat_k,
     task_cluster,
 )
-from forge_cli.eval.report import JSON_NAME, print_table
+from forge_cli.eval.model import JSON_NAME
+from forge_cli.eval.report import print_table
 
 FIX = "pass two run directories of `forge eval` (each holds the eval.json it wrote), e.g. runs/<run-id>"
 

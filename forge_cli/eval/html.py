@@ -33,7 +33,7 @@ import yaml
 from forge_cli.eval.metrics import Estimate, GroupMetrics, TaskMetrics, fmt, is_infra, shown_hat_ks
 
 if TYPE_CHECKING:
-    from forge_cli.eval.report import EvalReport
+    from forge_cli.eval.model import EvalReport
 
 SERIES_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f")
 # chart geometry, in px

@@ -3,7 +3,7 @@
 ``write_reports(trials, meta, out_dir)`` computes the metrics (:func:`forge_cli.eval.metrics.aggregate`, K from
 ``meta["trials"]``) and writes, in ``out_dir`` (created if missing):
 
-- ``eval.json``, exactly :meth:`EvalReport.to_dict`::
+- ``eval.json``, exactly :meth:`forge_cli.eval.model.EvalReport.to_dict`::
 
       {"schema": 1, "meta": {...}, "trials_per_task": K, "ks": [1, K],
        "overall": GroupMetrics, "exposure": {"seen": GroupMetrics, "unseen/not guided": ..., ...},
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,40 +32,8 @@ from rich.table import Table
 from rich.text import Text
 
 from forge_cli.eval.html import render_html
-from forge_cli.eval.metrics import EvalMetrics, aggregate, is_infra, trials_by_task
-
-SCHEMA_VERSION = 1
-JSON_NAME = "eval.json"
-HTML_NAME = "report.html"
-
-
-def json_native(value: Any) -> Any:
-    """``value`` as JSON would give it back (tuples become lists, unknown objects their ``str``)."""
-    return json.loads(json.dumps(value, default=str))
-
-
-@dataclass
-class EvalReport:
-    """One evaluation run's metrics and trials (JSON-native, see :func:`build_report`), and its report directory."""
-
-    meta: dict[str, Any]
-    metrics: EvalMetrics
-    trials: dict[str, list[dict[str, Any]]]  # task id -> its trials (infra errors included), by trial index
-    out_dir: Path
-    infra_errors: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def json_path(self) -> Path:
-        return self.out_dir / JSON_NAME
-
-    @property
-    def html_path(self) -> Path:
-        return self.out_dir / HTML_NAME
-
-    def to_dict(self) -> dict[str, Any]:
-        m = self.metrics.to_dict()
-        tasks = [{**row, "trials": self.trials.get(row["task_id"], [])} for row in m.pop("tasks")]
-        return {"schema": SCHEMA_VERSION, "meta": self.meta, **m, "tasks": tasks, "infra_errors": self.infra_errors}
+from forge_cli.eval.metrics import aggregate, is_infra, trials_by_task
+from forge_cli.eval.model import EvalReport, json_native
 
 
 def build_report(trials: Iterable[Mapping[str, Any]], meta: Mapping[str, Any], out_dir: Path) -> EvalReport:

@@ -17,7 +17,8 @@ import pytest
 from rich.console import Console
 
 from forge_cli.eval.html import SERIES_COLOURS, link_target
-from forge_cli.eval.report import EvalReport, render_table, write_reports
+from forge_cli.eval.model import EvalReport
+from forge_cli.eval.report import render_table, write_reports
 from tests.eval import trial
 from tests.requires import requires
 

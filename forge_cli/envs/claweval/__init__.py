@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from forge_cli.config.schema import JudgeOverrides, judge_settings
 from forge_cli.envs.claweval.mock import MockServiceError, Router, start_services
+from forge_cli.envs.claweval.report import summarize
 from forge_cli.envs.claweval.trace import build_trace, write_trace
 from forge_cli.envs.claweval.worker import MARKER
 from forge_cli.envs.source import Log, Purpose, SetupError, TaskSource
@@ -232,9 +233,7 @@ class ClawEvalSource(TaskSource, name="claweval"):
 
     def benchmark_summary(self, trials: list[dict[str, Any]], run_dir: Path, runs_per_task: int) -> dict[str, Any]:
         """Claw-Eval's headline over the eval's trials, and its traces in a directory score_summary.py reads."""
-        from forge_cli.envs.claweval.report import summarize
-
-        return summarize(self, trials, run_dir, runs_per_task)
+        return summarize(trials, run_dir, runs_per_task, splits=SPLITS, left_out=self.left_out)
 
 
 class ClawEvalVerifier(Verifier, kind="claweval"):

@@ -15,11 +15,9 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from forge_cli.envs.claweval import ClawEvalSource
+from typing import Any
 
 PASS = 0.75
 
@@ -40,8 +38,11 @@ def _headline(tasks: dict[str, list[float | None]], k: int) -> dict[str, Any]:
     return {"as_claweval": rates(counted), "graded_only": rates(graded), "tasks": n}
 
 
-def summarize(source: ClawEvalSource, trials: list[dict[str, Any]], run_dir: Path, k: int) -> dict[str, Any]:
-    from forge_cli.envs.claweval import SPLITS
+def summarize(trials: list[dict[str, Any]], run_dir: Path, k: int, *, splits: Mapping[str, str],
+              left_out: dict[str, str]) -> dict[str, Any]:
+    """The headline over ``trials`` (``splits``: a task id's first letter -> its group; ``left_out``: the split's
+    tasks the source could not run, with why) and the traces in ``run_dir``; the source hands both over, so this
+    module imports nothing of its package."""
 
     out = run_dir / "claweval" / "traces"
     by_group: dict[str, dict[str, list[float | None]]] = defaultdict(lambda: defaultdict(list))
@@ -60,7 +61,7 @@ def summarize(source: ClawEvalSource, trials: list[dict[str, Any]], run_dir: Pat
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy2(trace, dest / trace.name)
         score = float(t["reward"]) if t.get("status") != "infra_error" and t.get("reward") is not None else None
-        split = SPLITS.get(task_id[:1], "general")
+        split = splits.get(task_id[:1], "general")
         for group in ("all", f"split:{split}", f"category:{t.get('category') or 'all'}"):
             by_group[group][task_id].append(score)
     for tasks_of in by_group.values():
@@ -77,14 +78,14 @@ def summarize(source: ClawEvalSource, trials: list[dict[str, Any]], run_dir: Pat
     if not_judged:
         lines.append(f"  not judged ({len(not_judged)}, left out): "
                      + "; ".join(f"{t}: {w[:120]}" for t, w in sorted(not_judged.items())[:5]))
-    if source.left_out:
+    if left_out:
         reasons: dict[str, int] = defaultdict(int)
-        for why in source.left_out.values():
+        for why in left_out.values():
             reasons[why.split(":")[0]] += 1
-        lines.append(f"  left out ({len(source.left_out)} task(s) of the split): "
+        lines.append(f"  left out ({len(left_out)} task(s) of the split): "
                      + "; ".join(f"{n} {w}" for w, n in sorted(reasons.items())))
     lines.append(f"  traces: {out} (python score_summary.py {out})")
-    return {"benchmark": "Claw-Eval", "groups": summary, "not_judged": not_judged, "left_out": source.left_out,
+    return {"benchmark": "Claw-Eval", "groups": summary, "not_judged": not_judged, "left_out": left_out,
             "traces": str(out), "lines": lines}
 
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from forge_cli.config.schema import JudgeOverrides, judge_settings
 from forge_cli.envs.qwenclawbench.native import native_transcript
+from forge_cli.envs.qwenclawbench.report import summarize
 from forge_cli.envs.qwenclawbench.transcript import from_records, to_jsonl
 from forge_cli.envs.source import TaskSource
 from forge_cli.envs.task import Task
@@ -129,9 +130,16 @@ class QwenClawBenchSource(TaskSource, name="qwenclawbench"):
 
     def benchmark_summary(self, trials: list[dict[str, Any]], run_dir: Path, runs_per_task: int) -> dict[str, Any]:
         """QwenClawBench's headline over the eval's trials, and a batch directory in its runner's layout."""
-        from forge_cli.envs.qwenclawbench.report import summarize
+        return summarize(trials, run_dir, runs_per_task, dataset=self.options.dataset,
+                         passk=lambda grades: self._passk(grades, runs_per_task))
 
-        return summarize(self, trials, run_dir, runs_per_task)
+    def _passk(self, grades_by_task: dict[str, Any], runs_per_task: int) -> dict[str, Any]:
+        """QwenClawBench's own pass@k over the graded tasks, computed by its code in the checkout (the worker)."""
+        root = check_checkout(self.env.path, self.options.dataset)
+        run = subprocess.run([sys.executable, str(WORKER), "passk"], cwd=root, capture_output=True, text=True,
+                             input=json.dumps({"checkout": str(root), "grades_by_task": grades_by_task,
+                                               "runs_per_task": runs_per_task}), timeout=120)
+        return _worker_result(run.stdout) if run.returncode == 0 else {"error": run.stderr[-500:]}
 
 
 class QwenClawBenchVerifier(Verifier, kind="qwenclawbench"):

@@ -16,13 +16,9 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from forge_cli.envs.qwenclawbench import QwenClawBenchSource
+from typing import Any
 
 
 def _subfolder(task_id: str, run_idx: int, runs_per_task: int) -> str:
@@ -30,9 +26,11 @@ def _subfolder(task_id: str, run_idx: int, runs_per_task: int) -> str:
     return task_id if runs_per_task <= 1 else f"{task_id}_run_{run_idx + 1}"
 
 
-def summarize(source: QwenClawBenchSource, trials: list[dict[str, Any]], run_dir: Path,
-              runs_per_task: int) -> dict[str, Any]:
-    from forge_cli.envs.qwenclawbench import WORKER, _worker_result, check_checkout
+def summarize(trials: list[dict[str, Any]], run_dir: Path, runs_per_task: int, *, dataset: str,
+              passk: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """The batch directory in QwenClawBench's runner layout and its headline over ``trials``; ``passk`` computes
+    the benchmark's own pass@k over the graded tasks (the source runs its worker), so this module imports nothing of
+    its package."""
 
     batch = run_dir / "qwenclawbench"
     batch.mkdir(parents=True, exist_ok=True)
@@ -67,17 +65,11 @@ def summarize(source: QwenClawBenchSource, trials: list[dict[str, Any]], run_dir
                                    "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
                                    "min": min(scores), "max": max(scores)}
         entries.append({"task_id": task_id, "grading": grades_by_task[task_id]})
-    passk: dict[str, Any] = {}
-    if grades_by_task:
-        root = check_checkout(source.env.path, source.options.dataset)
-        run = subprocess.run([sys.executable, str(WORKER), "passk"], cwd=root, capture_output=True, text=True,
-                             input=json.dumps({"checkout": str(root), "grades_by_task": grades_by_task,
-                                               "runs_per_task": runs_per_task}), timeout=120)
-        passk = _worker_result(run.stdout) if run.returncode == 0 else {"error": run.stderr[-500:]}
+    figures = passk(grades_by_task) if grades_by_task else {}
     means = [g["mean"] for g in grades_by_task.values()]
-    summary = {"benchmark": "QwenClawBench", "dataset": source.options.dataset, "runs_per_task": runs_per_task,
+    summary = {"benchmark": "QwenClawBench", "dataset": dataset, "runs_per_task": runs_per_task,
                "tasks_total": len(by_task), "tasks_completed": len(grades_by_task), "scoring": "penalized",
-               "mean_score": round(statistics.mean(means), 4) if means else None, **passk,
+               "mean_score": round(statistics.mean(means), 4) if means else None, **figures,
                "left_out": left_out, "tasks": entries}
     (batch / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     return {"name": "QwenClawBench", "summary": {k: v for k, v in summary.items() if k != "tasks"},
