@@ -37,7 +37,7 @@ from forge_cli.errors import UserError
 from forge_cli.rollout.reader import RunRollout, read_run
 from forge_cli.rollout.result import RolloutResult
 from forge_cli.rollout.session import RolloutSession
-from forge_cli.train.backend import TrainerBackend
+from forge_cli.train.backend import TrainerBackend, backend_class
 from forge_cli.train.evaluation import eval_due, eval_taskset, run_evaluation
 from forge_cli.train.local import iter_checkpoints
 from forge_cli.train.metrics_log import METRICS_FILE, MetricsLog, rollout_metrics, step_line
@@ -199,8 +199,6 @@ class StepLoop:
 
 def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Path | None = None) -> dict[str, Any]:
     """Train for ``trainer.steps`` steps (or the rest of them, resuming); returns the run's summary."""
-    from forge_cli.train.backend import backend_class
-
     taskset = load_tasks(exp.env, exp.rollout.max_tasks, purpose="train")
     evalset = eval_taskset(exp, taskset)
     backend_cls = backend_class(exp.trainer.kind)
