@@ -176,6 +176,7 @@ def test_multi_turn_prefix_merging(vproxy: ProxyHandle, policy_server: Any, caps
     assert merges >= 0
 
 
+@pytest.mark.e2e  # Codex's recorded request prefilled on CPU (~60 s): make test-e2e, keeping make test under 40 min
 def test_codex_request_through_responses_translation(vproxy: ProxyHandle, policy_server: Any,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Codex's recorded first request (its own prompt and tools) as Codex sends it, plus an output limit: the SSE

@@ -26,7 +26,8 @@ from tests.proxy.conftest import need_mitmdump
 from tests.proxy.test_images import _bodies
 from tests.requires import requires
 
-pytestmark = [pytest.mark.vllm, pytest.mark.mitm]
+# a second vLLM server for the vision model (~65 s to start on 2 cores): make test-e2e, keeping make test under 40 min
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.mitm]
 BUILDER = Path(__file__).with_name("tiny_vlm.py")
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages",
          "gemini": "/v1beta/models/policy:generateContent"}

@@ -143,6 +143,7 @@ def test_actor_loads_with_sdpa_and_no_packing(tmp_path: Path) -> None:
         "attn_implementation": "sdpa", "max_position_embeddings": 16384}
 
 
+@pytest.mark.e2e  # two vLLM starts with veRL's replica arguments (~37 s): make test-e2e, keeping make test under 40 min
 @pytest.mark.requires("verl", "vllm", "model")
 @pytest.mark.parametrize(("overrides", "length"), [([], 8192), (["model.max_model_len=16384"], 16384)],
                          ids=["native", "yarn"])
