@@ -71,6 +71,11 @@ class DockerRuntime(RuntimeOptions, kind="docker"):
     # "pod" (the idle `sleep infinity` is PID 1 and every command arrives through docker exec, as in a Kubernetes
     # pod): the pod's layout on a docker daemon, so that what holds in a pod can be tested without a cluster
     layout: Literal["docker", "pod"] = "docker"
+    # the numeric user ("UID" or "UID:GID") the sandbox's processes run as, as a pod under the restricted Pod Security
+    # profile runs (runtime=kubernetes' run_as_user); None: the image's own user. Set, or with layout=pod, the
+    # workdir is a fresh directory every user may write (a pod's emptyDir) and files are written through exec as
+    # that user
+    user: Annotated[str | None, Field(pattern=r"^[0-9]+(:[0-9]+)?$")] = None
 
 
 class KubernetesRuntime(RuntimeOptions, kind="kubernetes"):
@@ -95,6 +100,13 @@ class KubernetesRuntime(RuntimeOptions, kind="kubernetes"):
     tools_port: Annotated[int, Field(gt=0, lt=65536)] = 8900
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     max_api_concurrency: Annotated[int, Field(gt=0)] = 16
+    # the Pod Security profile every pod forge creates complies with, and which `forge k8s manifests` labels the
+    # namespace to enforce: "restricted" (forge's default: every process as run_as_user:run_as_group, never root) or
+    # "baseline" for sandbox images that must run as root (the image's own user; docs/scale.md). forge's own pods
+    # (the proxy, the controller Job) are restricted either way
+    pod_security: Literal["restricted", "baseline"] = "restricted"
+    run_as_user: Annotated[int, Field(ge=1)] = 1000
+    run_as_group: Annotated[int, Field(ge=0)] = 1000
 
     @field_validator("proxy_upstream")
     @classmethod

@@ -36,6 +36,10 @@ PID_PREFIX = "/tmp/.forge-exec-"
 # the OOM killer's counter of the container's memory cgroup (v1, then v2)
 OOM_COUNTERS = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null; exit 0"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# files through an exec, so they belong to the user commands run as (a pod's runAsUser): read (exit 2: missing, 21:
+# a directory) and write (parents created; the content on stdin, its length as $2)
+READ_SCRIPT = 'if [ -d "$1" ]; then exit 21; fi; if [ ! -e "$1" ]; then exit 2; fi; exec cat -- "$1"'
+WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && head -c "$2" > "$1"'
 Emit = Callable[[Stream, bytes], None]
 
 
@@ -142,6 +146,32 @@ class ContainerSandbox(Sandbox):
             detail = b"".join(errors).decode(errors="replace").strip() or f"exit {code}"
             raise SandboxError(f"sandbox {self.spec.name}: the agent's processes could not all be killed before "
                                f"verification ({detail})")
+
+    async def _exec_write_file(self, path: str, data: bytes) -> None:
+        """Write ``path`` through an exec as the sandbox's user (parents created), as a pod's files are written."""
+        chunks: list[bytes] = []
+        code = await blocking(self._run_blocking, ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path, str(len(data))],
+                              lambda _s, chunk: chunks.append(chunk), data)
+        if code != 0:
+            raise SandboxError(f"writing {path} in sandbox {self.spec.name} failed: "
+                               f"{b''.join(chunks).decode(errors='replace').strip()}")
+
+    async def _exec_read_file(self, path: str) -> bytes:
+        out: list[bytes] = []
+        err: list[bytes] = []
+
+        def collect(stream: Stream, chunk: bytes) -> None:
+            (out if stream == "stdout" else err).append(chunk)
+
+        code = await blocking(self._run_blocking, ["/bin/sh", "-c", READ_SCRIPT, "sh", path], collect)
+        if code == 2:
+            raise FileNotFoundError(path)
+        if code == 21:
+            raise IsADirectoryError(path)
+        if code != 0:
+            raise SandboxError(f"reading {path} in sandbox {self.spec.name} failed: "
+                               f"{b''.join(err).decode(errors='replace').strip()}")
+        return b"".join(out)
 
     @abc.abstractmethod
     def _container_state(self) -> ContainerState:

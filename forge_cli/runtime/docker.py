@@ -17,6 +17,7 @@ import io
 import json
 import os
 import shlex
+import socket
 import tarfile
 import threading
 import time
@@ -34,8 +35,7 @@ from forge_cli.runtime.base import (
     blocking,
 )
 from forge_cli.runtime.container import ContainerSandbox, ContainerState, Emit
-from forge_cli.runtime.docker_spec import container_kwargs
-from forge_cli.runtime.k8s_manifests import POD_IDLE
+from forge_cli.runtime.docker_spec import WORKDIR_MODE, container_kwargs
 from forge_cli.runtime.spec import LABEL_RUN, label_value
 
 DAEMON_FIX = "start dockerd: scripts/dockerd.sh (or scripts/setup.sh docker), or set runtime.docker_host"
@@ -121,7 +121,8 @@ class DockerSandbox(ContainerSandbox):
         from forge_cli.runtime.docker_spec import docker_run_command
 
         # the container already holds the env; exec inherits it
-        return {"kind": "docker", "docker_run": docker_run_command(spec, getattr(runtime, "layout", "docker")),
+        return {"kind": "docker", "docker_run": docker_run_command(spec, getattr(runtime, "layout", "docker"),
+                                                                   getattr(runtime, "user", None)),
                 "exec": f"docker exec -i -w {spec.workdir} {spec.name} {shlex.join(argv)} </dev/null"}
 
     @property
@@ -133,7 +134,7 @@ class DockerSandbox(ContainerSandbox):
         await blocking(self._start_blocking)
 
     def _start_blocking(self) -> None:
-        kwargs = container_kwargs(self.spec)
+        kwargs = container_kwargs(self.spec, self.runtime.layout, self.runtime.user)
         kwargs.pop("detach", None)
         if self.spec.bundle_host_path and not Path(self.spec.bundle_host_path).is_dir():
             raise SandboxConfigError(f"harness bundle {self.spec.bundle_host_path} does not exist",
@@ -141,9 +142,7 @@ class DockerSandbox(ContainerSandbox):
         from docker.models.containers import _create_container_args
 
         api = client_for(self.runtime).api
-        if self.runtime.layout == "pod":  # as k8s_manifests' sandbox pod: sleep infinity as PID 1, execs only
-            kwargs.update(init=False, command=list(POD_IDLE))
-        elif _local_daemon(self.runtime):
+        if self.runtime.layout != "pod" and _local_daemon(self.runtime):
             self.channel = runner.Channel()
             kwargs["command"] = runner.main_command(kwargs["command"])
             kwargs["volumes"] = {**kwargs.get("volumes", {}), str(self.channel.dir): {"bind": runner.MOUNT,
@@ -153,6 +152,14 @@ class DockerSandbox(ContainerSandbox):
             args = _create_container_args({**kwargs, "version": api._version})
             self.container_id = api.create_container(**args)["Id"]
             api.start(self.container_id)
+            if self.runtime.user is not None:
+                exec_id = api.exec_create(self.container_id, ["chmod", WORKDIR_MODE, self.spec.workdir], user="0")["Id"]
+                output = api.exec_start(exec_id)
+                if api.exec_inspect(exec_id)["ExitCode"] != 0:
+                    raise SandboxConfigError(f"sandbox {self.spec.name}: the workdir {self.spec.workdir} cannot be "
+                                             f"made writable for user {self.runtime.user}: "
+                                             f"{output.decode(errors='replace').strip()}",
+                                             "use an image whose workdir root owns, or leave runtime.user unset")
 
     async def _stop(self) -> None:
         if self.container_id is not None:
@@ -210,14 +217,16 @@ class DockerSandbox(ContainerSandbox):
                 return code
         what = f"running a command in sandbox {self.spec.name}"
         with docker_errors(what):
-            exec_id = self.api.exec_create(self.container_id, argv, stdout=True, stderr=True, stdin=False)["Id"]
-            for stream, chunk in self._exec_frames(exec_id):
+            exec_id = self.api.exec_create(self.container_id, argv, stdout=True, stderr=True,
+                                           stdin=stdin is not None)["Id"]
+            for stream, chunk in self._exec_frames(exec_id, stdin):
                 emit("stderr" if stream == 2 else "stdout", chunk)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
             return code if isinstance(code, int) else None
 
-    def _exec_frames(self, exec_id: str) -> Iterator[tuple[int, bytes]]:
-        """The multiplexed output frames (stream 1 stdout, 2 stderr) of a started exec.
+    def _exec_frames(self, exec_id: str, stdin: bytes | None = None) -> Iterator[tuple[int, bytes]]:
+        """The multiplexed output frames (stream 1 stdout, 2 stderr) of a started exec (``stdin``: sent first, then
+        the write side closed, as ``docker exec -i`` does).
 
         Read from the response's *buffered* reader: the SDK reads the raw socket underneath it, and loses
         frames that arrived in the same read as the response headers (seen under load: a fast command's
@@ -230,6 +239,11 @@ class DockerSandbox(ContainerSandbox):
                                   "Upgrade": "tcp"}, data={"Tty": False, "Detach": False}, stream=True)
         try:
             api._raise_for_status(response)
+            if stdin is not None:
+                sock = api._get_raw_response_socket(response)
+                raw = getattr(sock, "_sock", sock)
+                raw.sendall(stdin)
+                raw.shutdown(socket.SHUT_WR)
             reader = getattr(getattr(response.raw, "_fp", None), "fp", None)
             if reader is None or not hasattr(reader, "raw"):  # transports without a buffered reader (ssh, npipe)
                 yield from frames_iter(api._get_raw_response_socket(response), tty=False)
@@ -283,6 +297,9 @@ class DockerSandbox(ContainerSandbox):
 
     # ------------------------------------------------------------------ files
     async def _write_file(self, path: str, data: bytes) -> None:
+        if self.runtime.user is not None:  # owned by the sandbox's user, as a pod's files are
+            await self._exec_write_file(path, data)
+            return
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
             info = tarfile.TarInfo(path.lstrip("/"))

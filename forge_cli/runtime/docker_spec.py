@@ -14,8 +14,14 @@ def idle_command(spec: SandboxSpec) -> list[str]:
     return ["sleep", str(spec.timeout_s)]
 
 
-def container_kwargs(spec: SandboxSpec) -> dict[str, Any]:
-    """Keyword arguments for ``docker.containers.create`` (one container per rollout)."""
+# with a user: the workdir made writable for every user (by root, before the first command), as Kubernetes makes a
+# pod's emptyDir; a tmpfs would do the same but hides the workdir from docker's archive API (docker cp)
+WORKDIR_MODE = "0777"
+
+
+def container_kwargs(spec: SandboxSpec, layout: str = "docker", user: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``docker.containers.create`` (one container per rollout); ``layout`` and ``user`` as
+    ``DockerRuntime``'s."""
     kwargs: dict[str, Any] = {
         "image": spec.image,
         "command": idle_command(spec),
@@ -37,18 +43,20 @@ def container_kwargs(spec: SandboxSpec) -> dict[str, Any]:
     }
     if spec.bundle_host_path:
         kwargs["volumes"][spec.bundle_host_path] = {"bind": spec.bundle_mount, "mode": "ro"}
+    if layout == "pod":  # as k8s_manifests' sandbox pod: sleep infinity as PID 1, execs only
+        from forge_cli.runtime.k8s_manifests import POD_IDLE
+
+        kwargs.update(init=False, command=list(POD_IDLE))
+    if user is not None:
+        kwargs["user"] = user
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def docker_run_command(spec: SandboxSpec, layout: str = "docker") -> str:
+def docker_run_command(spec: SandboxSpec, layout: str = "docker", user: str | None = None) -> str:
     """The ``docker run`` command line equivalent to :func:`container_kwargs` (for plans and docs); ``layout=pod``:
     no ``--init``, ``sleep infinity`` as PID 1 (``DockerRuntime.layout``)."""
-    kw = container_kwargs(spec)
-    if layout == "pod":
-        from forge_cli.runtime.k8s_manifests import POD_IDLE
-
-        kw["command"] = list(POD_IDLE)
-    args = ["docker", "run", "-d", *(["--init"] if layout != "pod" else []), "--name", kw["name"]]
+    kw = container_kwargs(spec, layout, user)
+    args = ["docker", "run", "-d", *(["--init"] if kw["init"] else []), "--name", kw["name"]]
     for key, value in kw["labels"].items():
         args += ["--label", f"{key}={value}"]
     if "network_mode" in kw:
@@ -60,6 +68,8 @@ def docker_run_command(spec: SandboxSpec, layout: str = "docker") -> str:
              "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "-w", spec.workdir]
     for host, bind in kw["volumes"].items():
         args += ["-v", f"{host}:{bind['bind']}:{bind['mode']}"]
+    if "user" in kw:
+        args += ["--user", kw["user"]]
     for key, value in kw["environment"].items():
         args += ["-e", f"{key}={value}"]
     args += [kw["image"], *kw["command"]]

@@ -18,11 +18,13 @@ from typing import Any
 from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.errors import UserError
 from forge_cli.runtime.k8s_manifests import (
+    CONTAINER_SECURITY,
     CONTROLLER_ACCOUNT,
     CONTROLLER_APP,
     PROXY_TOKEN_ENV,
     PROXY_TOKEN_SECRET,
     plain,
+    pod_security,
     replica_urls,
     tools_host,
 )
@@ -88,6 +90,7 @@ def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Seque
                      "serviceAccountName": CONTROLLER_ACCOUNT,
                      "automountServiceAccountToken": True,  # forge creates the rollout pods through the API
                      "restartPolicy": "Never",
+                     "securityContext": pod_security(runtime, "restricted"),
                      "containers": [{
                          "name": "forge",
                          "image": runtime.proxy_image,
@@ -97,7 +100,7 @@ def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Seque
                              "name": PROXY_TOKEN_SECRET, "key": "token"}}}],
                          "ports": [{"name": "tools", "containerPort": runtime.tools_port, "protocol": "TCP"}],
                          "volumeMounts": [{"name": "runs", "mountPath": RUNS_MOUNT}],
-                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                         "securityContext": CONTAINER_SECURITY,
                      }],
                      "volumes": [{"name": "runs", "persistentVolumeClaim": {"claimName": RUNS_CLAIM}}],
                  },

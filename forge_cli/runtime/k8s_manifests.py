@@ -41,13 +41,28 @@ def _quantities(spec: SandboxSpec) -> dict[str, str]:
     return {"cpu": f"{int(spec.resources.cpus * 1000)}m", "memory": str(spec.resources.memory_bytes)}
 
 
+# every container forge emits: no privilege escalation, no capability, the runtime's default seccomp filter
+CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+PSS_LABEL = "pod-security.kubernetes.io/enforce"
+
+
+def pod_security(runtime: KubernetesRuntime, profile: str | None = None) -> dict[str, Any]:
+    """A pod's securityContext under ``profile`` (default: ``runtime.pod_security``): restricted runs every process as
+    ``run_as_user:run_as_group`` (volumes group-owned by it), baseline as the image's user; both keep seccomp."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if (profile or runtime.pod_security) == "restricted":
+        context.update(runAsNonRoot=True, runAsUser=runtime.run_as_user, runAsGroup=runtime.run_as_group,
+                       fsGroup=runtime.run_as_group)
+    return context
+
+
 def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any]:
     """One Pod per rollout: idle main container, bundle copied in by an init container."""
-    security = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+    security = CONTAINER_SECURITY
     volumes: list[dict[str, Any]] = [{"name": WORK_VOLUME, "emptyDir": {}}]
     mounts: list[dict[str, Any]] = [{"name": WORK_VOLUME, "mountPath": spec.workdir}]
     init: list[dict[str, Any]] = []
@@ -75,6 +90,7 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
             "serviceAccountName": runtime.service_account,
             "enableServiceLinks": False,
             "terminationGracePeriodSeconds": 5,
+            "securityContext": pod_security(runtime),
             "initContainers": init,
             "containers": [{
                 "name": "sandbox",
@@ -139,8 +155,10 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
     app = {"app.kubernetes.io/name": runtime.proxy_service, "app.kubernetes.io/part-of": "forge"}
     meta = {"namespace": ns, "labels": {"app.kubernetes.io/part-of": "forge"}}
     docs: list[dict[str, Any]] = [
+        # the namespace enforces the profile forge's pods comply with (the API server refuses any other pod)
         {"apiVersion": "v1", "kind": "Namespace",
-         "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "forge"}}},
+         "metadata": {"name": ns, "labels": {"app.kubernetes.io/part-of": "forge", PSS_LABEL: runtime.pod_security,
+                                             f"{PSS_LABEL}-version": "latest"}}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": runtime.service_account, **meta},
          "automountServiceAccountToken": False},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CONTROLLER_ACCOUNT, **meta}},
@@ -172,6 +190,7 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
                  "spec": {
                      "serviceAccountName": CONTROLLER_ACCOUNT,
                      "automountServiceAccountToken": False,
+                     "securityContext": pod_security(runtime, "restricted"),
                      "containers": [{
                          "name": "proxy",
                          "image": runtime.proxy_image,
@@ -184,7 +203,7 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
                              "name": PROXY_TOKEN_SECRET, "key": "token"}}}],
                          "ports": [{"name": "proxy", "containerPort": runtime.proxy_port, "protocol": "TCP"}],
                          "readinessProbe": {"tcpSocket": {"port": runtime.proxy_port}, "periodSeconds": 2},
-                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                         "securityContext": CONTAINER_SECURITY,
                      }],
                  },
              },

@@ -41,8 +41,6 @@ IMAGE_PROBLEMS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "Inva
                   "CreateContainerConfigError", "CreateContainerError"}
 CONTEXT_FIX = ("point KUBECONFIG at a cluster or set runtime.context (a local one: "
                "`kind create cluster && kind load docker-image forge-base:bookworm`)")
-READ_SCRIPT = 'if [ -d "$1" ]; then exit 21; fi; if [ ! -e "$1" ]; then exit 2; fi; exec cat -- "$1"'
-WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && head -c "$2" > "$1"'
 
 
 class KubeApis:
@@ -374,29 +372,10 @@ class KubernetesSandbox(ContainerSandbox):
 
     # ------------------------------------------------------------------ files
     async def _write_file(self, path: str, data: bytes) -> None:
-        chunks: list[bytes] = []
-        code = await blocking(self._run_blocking, ["/bin/sh", "-c", WRITE_SCRIPT, "sh", path, str(len(data))],
-                                       lambda _s, chunk: chunks.append(chunk), data)
-        if code != 0:
-            raise SandboxError(f"writing {path} in sandbox {self.pod_name} failed: "
-                               f"{b''.join(chunks).decode(errors='replace').strip()}")
+        await self._exec_write_file(path, data)
 
     async def _read_file(self, path: str) -> bytes:
-        out: list[bytes] = []
-        err: list[bytes] = []
-
-        def collect(stream: str, chunk: bytes) -> None:
-            (out if stream == "stdout" else err).append(chunk)
-
-        code = await blocking(self._run_blocking, ["/bin/sh", "-c", READ_SCRIPT, "sh", path], collect)
-        if code == 2:
-            raise FileNotFoundError(path)
-        if code == 21:
-            raise IsADirectoryError(path)
-        if code != 0:
-            raise SandboxError(f"reading {path} in sandbox {self.pod_name} failed: "
-                               f"{b''.join(err).decode(errors='replace').strip()}")
-        return b"".join(out)
+        return await self._exec_read_file(path)
 
 
 def _as_bytes(data: str | bytes) -> bytes:

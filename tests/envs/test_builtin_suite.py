@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from forge_cli.config.compose import compose
-from forge_cli.config.schema import EnvConfig
+from forge_cli.config.schema import DockerRuntime, EnvConfig
 from forge_cli.envs.builtin import FAMILIES, BuiltinOptions, BuiltinSource, generate, read_task_file, templates
 from forge_cli.envs.builtin.taskfile import dump_tasks, task_entry
 from forge_cli.envs.resolve import check_options, compose_resolved
@@ -24,8 +24,11 @@ from forge_cli.envs.verifier import Score, VerifyContext, new_reward_dir, run_ve
 from forge_cli.envs.verifiers import PythonVerifier, ShellVerifier
 from forge_cli.errors import ConfigError, UserError
 from forge_cli.runtime import isolation
+from forge_cli.runtime.base import Sandbox
+from forge_cli.runtime.docker import DockerSandbox
 from forge_cli.runtime.local import LocalSandbox
 from forge_cli.runtime.spec import SandboxSpec
+from tests.requires import requires
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "forge_cli" / "envs" / "examples" / "tasks.yaml"
@@ -201,12 +204,18 @@ def test_options_on_the_command_line_and_no_leak_to_other_sources() -> None:
 
 
 # ---------------------------------------------------------------- every task in a real sandbox
-async def _run(source: BuiltinSource, task: Task, script: str | None, run_id: str) -> Score:
-    spec = SandboxSpec(run_id=run_id, rollout_id=task.id, image="", workdir="/work", env={"HOME": HOME},
-                       files=dict(task.files))
-    box = await LocalSandbox.create(spec, None)
-    # isolated (bubblewrap) wherever it can be: the reference solutions must score under isolation
-    assert box.isolated or not isolation.probe().usable
+async def _run(source: BuiltinSource, task: Task, script: str | None, run_id: str,
+               runtime: DockerRuntime | None = None) -> Score:
+    """``task`` in a fresh sandbox: a local one (None), or docker's with ``runtime``."""
+    spec = SandboxSpec(run_id=run_id, rollout_id=task.id, image="forge-base:bookworm", workdir="/work",
+                       env={"HOME": HOME}, files=dict(task.files))
+    box: Sandbox
+    if runtime is None:
+        box = await LocalSandbox.create(spec, None)
+        # isolated (bubblewrap) wherever it can be: the reference solutions must score under isolation
+        assert box.isolated or not isolation.probe().usable
+    else:
+        box = await DockerSandbox.create(spec, runtime)
     try:
         await source.prepare(box, task)
         if script is not None:
@@ -222,11 +231,13 @@ async def _run(source: BuiltinSource, task: Task, script: str | None, run_id: st
         await box.stop()
 
 
-async def _scores(source: BuiltinSource, jobs: list[tuple[Task, str | None]]) -> list[Score]:
+async def _scores(source: BuiltinSource, jobs: list[tuple[Task, str | None]],
+                  runtime: DockerRuntime | None = None) -> list[Score]:
     scores: list[Score] = []
     for start in range(0, len(jobs), BATCH):
         batch = jobs[start:start + BATCH]
-        scores += await asyncio.gather(*(_run(source, task, script, "builtin-suite") for task, script in batch))
+        scores += await asyncio.gather(*(_run(source, task, script, "builtin-suite", runtime)
+                                         for task, script in batch))
     return scores
 
 
@@ -238,6 +249,19 @@ def test_every_reference_solution_scores_one_and_doing_nothing_zero() -> None:
     solved, untouched = scores[:len(tasks)], scores[len(tasks):]
     assert [t.id for t, s in zip(tasks, solved, strict=True) if (s.reward, s.passed) != (1.0, True)] == []
     assert [t.id for t, s in zip(tasks, untouched, strict=True) if (s.reward, s.passed) != (0.0, False)] == []
+
+
+@pytest.mark.e2e  # 196 docker sandboxes: ~80 s on the 2-core machine (make test-e2e)
+@pytest.mark.docker
+def test_every_reference_solution_scores_one_as_a_non_root_user_in_the_pod_layout() -> None:
+    """As a Kubernetes pod under the restricted Pod Security profile runs them: no docker --init, ``sleep infinity``
+    as PID 1, every command through exec, uid 1000 (runtime.user), files written as that user."""
+    requires("docker")
+    source = _source()
+    tasks = source.load("all")
+    runtime = DockerRuntime(kind="docker", description="pod layout, non-root", layout="pod", user="1000:1000")
+    scores = asyncio.run(_scores(source, [(t, t.metadata["solution"]) for t in tasks], runtime))
+    assert [t.id for t, s in zip(tasks, scores, strict=True) if (s.reward, s.passed) != (1.0, True)] == []
 
 
 PARTIAL_CASES = [  # (template key, seed, what the agent did, reward)

@@ -36,6 +36,8 @@ from tests.requires import requires
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("FORGE_TEST_IMAGE", "forge-base:bookworm")
+# the non-root user of the pod-layout sandboxes (runtime.user; the Kubernetes backend's run_as_user default)
+POD_USER = "1000:1000"
 T = TypeVar("T")
 
 
@@ -58,6 +60,8 @@ BACKENDS = [
     pytest.param("docker", id="docker", marks=pytest.mark.docker),
     # docker with a Kubernetes pod's process layout (sleep infinity as PID 1, commands through docker exec)
     pytest.param("docker-pod", id="docker-pod", marks=pytest.mark.docker),
+    # the same as a non-root user, as a pod under the restricted Pod Security profile runs (runtime.user)
+    pytest.param("docker-pod-user", id="docker-pod-user", marks=pytest.mark.docker),
     pytest.param("kubernetes", id="kubernetes", marks=pytest.mark.requires("kubernetes")),
 ]
 
@@ -69,6 +73,8 @@ def runtime_for(kind: str, **fields: Any) -> Any:
         return DockerRuntime(kind="docker", description="test", **fields)
     if kind == "docker-pod":
         return DockerRuntime(kind="docker", description="test", layout="pod", **fields)
+    if kind == "docker-pod-user":
+        return DockerRuntime(kind="docker", description="test", layout="pod", user=POD_USER, **fields)
     return KubernetesRuntime(kind="kubernetes", description="test",
                              namespace=os.environ.get("FORGE_TEST_NAMESPACE", "forge"),
                              image_pull_policy="IfNotPresent", **fields)
@@ -77,7 +83,7 @@ def runtime_for(kind: str, **fields: Any) -> Any:
 @pytest.fixture(params=BACKENDS)
 def kind(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if name in ("docker", "docker-pod"):
+    if name.startswith("docker"):
         request.getfixturevalue("docker_daemon")
     return name
 
@@ -88,7 +94,7 @@ class Factory:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.run_id = f"test-{uuid.uuid4().hex[:10]}"
-        self.cls: type[Sandbox] = backend_class("docker" if kind == "docker-pod" else kind)
+        self.cls: type[Sandbox] = backend_class("docker" if kind.startswith("docker") else kind)
         self.runtime = runtime_for(kind)
         self.count = 0
 
@@ -108,7 +114,7 @@ class Factory:
 
 def leftovers(kind: str, run_id: str, runtime: Any) -> list[str]:
     """What a run still has on the backend, found by label (docker, kubernetes) or directory (local)."""
-    if kind in ("docker", "docker-pod"):
+    if kind.startswith("docker"):
         import docker
 
         client = docker.from_env()

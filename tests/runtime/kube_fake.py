@@ -29,7 +29,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from forge_cli.runtime.kubernetes import READ_SCRIPT, WRITE_SCRIPT
+from forge_cli.runtime.container import READ_SCRIPT, WRITE_SCRIPT
 
 
 def to_model(body: dict[str, Any], model: str) -> Any:

@@ -151,6 +151,33 @@ def test_no_host_paths_no_capabilities(factory: Factory, tmp_path: Path) -> None
     assert not info.get("ExecIDs"), "commands went through the runner, not docker exec"
 
 
+def test_a_non_root_user_as_a_restricted_pod_runs(tmp_path: Path) -> None:
+    """runtime.user (with layout=pod, as a pod under the restricted Pod Security profile): every process runs as that
+    user, the workdir is writable for it (a pod's emptyDir), the spec's files and the ones forge writes later belong
+    to it (written through exec, as in a pod), and it has no capabilities to regain root."""
+    made = Factory("docker-pod-user")
+
+    async def body() -> list[Any]:
+        async with await made.create(files={"sub/seed.txt": "seed\n"}) as sb:
+            await sb.write_file("/tmp/forge-home/later.txt", "later")
+            ids = await sb.exec(["sh", "-c", "id -u; id -g; ps -o user= -p 1"])
+            owners = await sb.exec(["stat", "-c", "%u:%g %a %n", "/work", "/work/sub", "/work/sub/seed.txt",
+                                    "/tmp/forge-home/later.txt"])
+            edit = await sb.exec(["sh", "-c", "echo more >> sub/seed.txt && mkdir -p new/deep && touch new/deep/x"])
+            root = await sb.exec(["sh", "-c", "echo x > /etc/forge-test"])
+            return [ids, owners, edit, root, await sb.read_file("sub/seed.txt")]
+
+    try:
+        ids, owners, edit, root, seed = run(body())
+    finally:
+        assert not made.leftovers()
+    assert ids.stdout.split() == ["1000", "1000", "1000"]
+    assert owners.stdout.splitlines() == ["0:0 777 /work", "1000:1000 755 /work/sub",
+                                          "1000:1000 644 /work/sub/seed.txt", "1000:1000 644 /tmp/forge-home/later.txt"]
+    assert edit.ok and seed == b"seed\nmore\n"
+    assert root.exit_code != 0 and "Permission denied" in root.stderr
+
+
 def sb_channel_dir(info: dict[str, Any]) -> str:
     return next(m["Source"] for m in info["Mounts"] if m["Destination"] == runner.MOUNT)
 

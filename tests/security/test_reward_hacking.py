@@ -107,9 +107,15 @@ def upstream() -> Iterator[str]:
         proc.wait()
 
 
+RUNTIME_OVERRIDES = {"docker-pod": ["runtime=docker", "runtime.layout=pod"],
+                     "docker-pod-user": ["runtime=docker", "runtime.layout=pod", "runtime.user=1000:1000"]}
+
+
 @pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker),
                                         # a Kubernetes pod's process layout on docker (runtime.layout=pod)
-                                        pytest.param("docker-pod", marks=pytest.mark.docker)])
+                                        pytest.param("docker-pod", marks=pytest.mark.docker),
+                                        # the same as a non-root user (runtime.user), as a restricted pod runs
+                                        pytest.param("docker-pod-user", marks=pytest.mark.docker)])
 def attacked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
              upstream: str) -> dict[str, Any]:
     """Every attack run once on this runtime: {"runtime", "results" by task, "secret", "run_dir"}."""
@@ -124,8 +130,8 @@ def attacked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     try:
         code, summary, stderr = _run(directory, "+harness=attacker", f"proxy.upstream={upstream}", "proxy.port=0",
                                      f"env.path={tasks}", "rollout.samples_per_task=1", "rollout.concurrency=8",
-                                     *(["runtime=docker", "runtime.layout=pod"] if runtime == "docker-pod"
-                                       else [f"runtime={runtime}"]), config_dir=_harness(directory))
+                                     *RUNTIME_OVERRIDES.get(runtime, [f"runtime={runtime}"]),
+                                     config_dir=_harness(directory))
     finally:
         server.shutdown()
     assert code == 0, stderr
