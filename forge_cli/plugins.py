@@ -94,7 +94,9 @@ class Registry(Generic[T]):
         ``harness/installers/npm.py``), imported before all the others: a command that looks up one plugin does
         not pay for importing every one (and their dependencies). A module that registers other names, or none,
         is only imported early; the full import of ``own`` still follows when the name is not found."""
-        if self._own_loaded or not self.own.endswith("*.py") or not name.isidentifier():
+        # a module's name is a file name: at most 255 bytes (a longer name is no plugin of forge's, and is_file would
+        # raise "File name too long")
+        if self._own_loaded or not self.own.endswith("*.py") or not name.isidentifier() or len(name) > 200:
             return
         path = _PACKAGE / self.own.replace("*", name)
         if not path.is_file() or "*" in str(path.relative_to(_PACKAGE).parent):

@@ -27,7 +27,15 @@ def manifests(
         help="With --with-controller: the controller's forge overrides, e.g. +harness=codex env.max_tasks=10.",
         show_default=False)] = None,
     namespace: Annotated[str | None, typer.Option(help="Namespace (default: runtime.namespace).")] = None,
-    proxy_image: Annotated[str | None, typer.Option(help="Image with forge installed: proxy and controller.")] = None,
+    proxy_image: Annotated[str | None, typer.Option(
+        help="Image with forge installed: proxy and controller (forge image build --builtin controller; default: "
+             "runtime.proxy_image).")] = None,
+    bundle_image: Annotated[str | None, typer.Option(
+        help="The harness bundles image the controller Job copies its bundles from (forge image build --builtin "
+             "bundles; default: runtime.bundle_image).")] = None,
+    pod_security: Annotated[str | None, typer.Option(
+        help="The Pod Security profile the namespace enforces and sandbox pods meet: restricted, or baseline for "
+             "sandbox images that must run as root (default: runtime.pod_security).")] = None,
     proxy_port: Annotated[int | None, typer.Option(help="Port of the proxy replicas.")] = None,
     proxy_upstream: Annotated[str | None, typer.Option(help="Policy server URL(s) the proxy forwards to.")] = None,
     proxy_replicas: Annotated[int | None, typer.Option(
@@ -53,8 +61,9 @@ def manifests(
     if overrides and not with_controller:
         raise UserError(f"unexpected arguments {' '.join(overrides)}: overrides go to the controller Job",
                         fix="add --with-controller, or drop them", exit_code=2)
-    runtime = load_runtime("kubernetes", namespace=namespace, proxy_image=proxy_image, proxy_port=proxy_port,
-                           proxy_upstream=proxy_upstream, proxy_replicas=proxy_replicas)
+    runtime = load_runtime("kubernetes", namespace=namespace, proxy_image=proxy_image, bundle_image=bundle_image,
+                           pod_security=pod_security, proxy_port=proxy_port, proxy_upstream=proxy_upstream,
+                           proxy_replicas=proxy_replicas)
     docs = cluster_manifests(runtime)
     if with_controller:
         docs += controller_manifests(runtime, controller_command, overrides or [], runs_size, compose_resolved)

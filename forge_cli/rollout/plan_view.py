@@ -55,6 +55,10 @@ def show(plan: Plan, console: Console | None = None) -> None:
             out(Syntax(sandbox["exec"], "bash", word_wrap=True))
         elif sandbox["kind"] == "kubernetes":
             out(f"  context: {sandbox['context']}")
+            out("  images the cluster pulls:")
+            for role, image in sandbox["images"].items():
+                out(f"    {role}: {image}", markup=False)
+            out(f"  pod security: {sandbox['pod_security']}", markup=False)
             out(Syntax(sandbox["manifests"], "yaml"))
         else:
             out(Syntax(sandbox["command"], "bash", word_wrap=True))

@@ -18,11 +18,14 @@ from typing import Any
 from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.errors import UserError
 from forge_cli.runtime.k8s_manifests import (
+    BUNDLES_MOUNT,
     CONTAINER_SECURITY,
     CONTROLLER_ACCOUNT,
     CONTROLLER_APP,
+    CONTROLLER_FORGE_HOME,
     PROXY_TOKEN_ENV,
     PROXY_TOKEN_SECRET,
+    bundle_copy,
     plain,
     pod_security,
     replica_urls,
@@ -59,6 +62,8 @@ def controller_args(runtime: KubernetesRuntime, verb: str, overrides: Sequence[s
         f"runtime.proxy_port={runtime.proxy_port}", f"runtime.proxy_replicas={runtime.proxy_replicas}",
         f"runtime.tools_service={runtime.tools_service}", f"runtime.tools_port={runtime.tools_port}",
         f"runtime.bundle_image={runtime.bundle_image}", f"runtime.image_pull_policy={runtime.image_pull_policy}",
+        f"runtime.pod_security={runtime.pod_security}", f"runtime.run_as_user={runtime.run_as_user}",
+        f"runtime.run_as_group={runtime.run_as_group}",
         f"proxy.url='{','.join(replica_urls(runtime))}'", f"proxy.upstream='{runtime.proxy_upstream}'",
         "tools.host=0.0.0.0", f"tools.port={runtime.tools_port}", f"tools.advertise_host={tools_host(runtime)}",
         f"run.output_dir={RUNS_MOUNT}",
@@ -91,6 +96,16 @@ def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Seque
                      "automountServiceAccountToken": True,  # forge creates the rollout pods through the API
                      "restartPolicy": "Never",
                      "securityContext": pod_security(runtime, "restricted"),
+                     # forge looks for the harness's bundle in its own $FORGE_HOME before it starts the rollouts'
+                     # pods (which copy it from the same image): the bundles image fills that directory first
+                     "initContainers": [{
+                         "name": "bundles",
+                         "image": runtime.bundle_image,
+                         "imagePullPolicy": runtime.image_pull_policy,
+                         "command": bundle_copy(BUNDLES_MOUNT, "/mnt/harnesses"),
+                         "volumeMounts": [{"name": "harnesses", "mountPath": "/mnt/harnesses"}],
+                         "securityContext": CONTAINER_SECURITY,
+                     }],
                      "containers": [{
                          "name": "forge",
                          "image": runtime.proxy_image,
@@ -99,10 +114,12 @@ def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Seque
                          "env": [{"name": PROXY_TOKEN_ENV, "valueFrom": {"secretKeyRef": {
                              "name": PROXY_TOKEN_SECRET, "key": "token"}}}],
                          "ports": [{"name": "tools", "containerPort": runtime.tools_port, "protocol": "TCP"}],
-                         "volumeMounts": [{"name": "runs", "mountPath": RUNS_MOUNT}],
+                         "volumeMounts": [{"name": "runs", "mountPath": RUNS_MOUNT},
+                                          {"name": "harnesses", "mountPath": f"{CONTROLLER_FORGE_HOME}/harnesses"}],
                          "securityContext": CONTAINER_SECURITY,
                      }],
-                     "volumes": [{"name": "runs", "persistentVolumeClaim": {"claimName": RUNS_CLAIM}}],
+                     "volumes": [{"name": "runs", "persistentVolumeClaim": {"claimName": RUNS_CLAIM}},
+                                 {"name": "harnesses", "emptyDir": {}}],
                  },
              },
          }},

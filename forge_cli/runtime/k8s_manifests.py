@@ -10,9 +10,15 @@ from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.runtime.spec import LABEL_ROLLOUT, SandboxSpec
 
 BUNDLE_VOLUME = "harness-bundle"
+# where the bundles image (forge image build --builtin bundles, runtime.bundle_image) holds each bundle: /bundles/<name>
+BUNDLES_MOUNT = "/bundles"
 # the sandbox container's command: PID 1 of the pod, idle while forge execs into it (docker's layout=pod copies it)
 POD_IDLE = ("sleep", "infinity")
 CONTROLLER_APP = "forge-controller"
+# the controller image (forge image build --builtin controller): its non-root user, HOME and FORGE_HOME
+CONTROLLER_UID = 1000
+CONTROLLER_HOME = "/home/forge"
+CONTROLLER_FORGE_HOME = f"{CONTROLLER_HOME}/.cache/forge"
 
 
 def replica_host(runtime: KubernetesRuntime, index: int) -> str:
@@ -50,6 +56,13 @@ CONTAINER_SECURITY: dict[str, Any] = {
 PSS_LABEL = "pod-security.kubernetes.io/enforce"
 
 
+def bundle_copy(source: str, target: str) -> list[str]:
+    """The init container's command that copies a bundle image's directory into a pod's emptyDir: ``cp -R`` keeps
+    modes and symlinks; ``cp -a`` would fail as a non-root user, which may not set the times of the emptyDir it
+    does not own."""
+    return ["cp", "-R", f"{source}/.", f"{target}/"]
+
+
 def pod_security(runtime: KubernetesRuntime, profile: str | None = None) -> dict[str, Any]:
     """A pod's securityContext under ``profile`` (default: ``runtime.pod_security``): restricted runs every process as
     ``run_as_user:run_as_group`` (volumes group-owned by it), baseline as the image's user; both keep seccomp."""
@@ -74,7 +87,7 @@ def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any
             "name": "bundle",
             "image": runtime.bundle_image,
             "imagePullPolicy": runtime.image_pull_policy,
-            "command": ["cp", "-a", f"/bundles/{bundle_dir}/.", "/mnt/bundle/"],
+            "command": bundle_copy(f"{BUNDLES_MOUNT}/{bundle_dir}", "/mnt/bundle"),
             "volumeMounts": [{"name": BUNDLE_VOLUME, "mountPath": "/mnt/bundle"}],
             "securityContext": security,
         })

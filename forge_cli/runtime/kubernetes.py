@@ -230,7 +230,16 @@ class KubernetesSandbox(ContainerSandbox):
         import yaml
 
         manifests = [pod_manifest(spec, runtime), network_policy(spec, runtime)]
+        user = (f"every process as {runtime.run_as_user}:{runtime.run_as_group}" if runtime.pod_security == "restricted"
+                else "sandboxes as their image's user")
         return {"kind": "kubernetes", "context": runtime.context or "(current)",
+                # what the cluster must pull, and where each comes from (push them to a registry its nodes reach)
+                "images": {"sandbox (env.image)": spec.image,
+                           "harness bundles (runtime.bundle_image)": f"{runtime.bundle_image}: forge image build "
+                                                                     "--builtin bundles",
+                           "proxy and controller (runtime.proxy_image)": f"{runtime.proxy_image}: forge image build "
+                                                                         "--builtin controller"},
+                "pod_security": f"{runtime.pod_security} ({user})",
                 "manifests": yaml.dump_all(manifests, Dumper=_no_aliases_dumper(), sort_keys=False)}
 
     def _call(self, what: str, method: str, *args: Any, api: str = "core", **kwargs: Any) -> Any:

@@ -110,7 +110,14 @@ def test_controller_job_runs_forge_against_the_replicas_and_serves_tools() -> No
     selector = docs["Service"]["spec"]["selector"]
     assert selector == {"app.kubernetes.io/name": "forge-controller"}
     assert selector.items() <= docs["Job"]["spec"]["template"]["metadata"]["labels"].items()
-    assert pod["volumes"] == [{"name": "runs", "persistentVolumeClaim": {"claimName": "forge-runs"}}]
+    assert pod["volumes"] == [{"name": "runs", "persistentVolumeClaim": {"claimName": "forge-runs"}},
+                              {"name": "harnesses", "emptyDir": {}}]
+    # the harness bundles forge checks before it starts the rollouts' pods, copied from the bundles image
+    init = pod["initContainers"][0]
+    assert (init["image"], init["command"]) == ("forge-harness-bundles:latest", ["cp", "-R", "/bundles/.",
+                                                                                 "/mnt/harnesses/"])
+    assert {"name": "harnesses", "mountPath": "/home/forge/.cache/forge/harnesses"} in pod["containers"][0][
+        "volumeMounts"]
     # what the Job's forge will check: its tool server is the one the pods may reach, its proxy.url the replicas
     kube.KubernetesSandbox.check_tool_server(runtime, "forge-tools.forge.svc")
     url = next(a for a in args if a.startswith("proxy.url=")).split("=", 1)[1]
