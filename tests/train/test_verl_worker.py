@@ -18,18 +18,22 @@ that ends it: a rollout whose prompts stop extending one another has several seg
 
 from __future__ import annotations
 
+import http.server
 import json
 import sqlite3
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from forge_cli.config.compose import compose
 from forge_cli.paths import env_python
 from forge_cli.serve.server import PolicyServer
 from forge_cli.train.verl.launch import plan, write_inputs
+from tests.helpers import QuietHandler
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_SEQ_LEN = 128
@@ -102,37 +106,18 @@ def _records(rollouts: Path) -> dict[str, list[dict[str, Any]]]:
     for store in rollouts.rglob("traces.sqlite"):
         conn = sqlite3.connect(store)
         conn.row_factory = sqlite3.Row
-        for row in conn.execute("SELECT rollout_id, prompt_token_ids, completion_token_ids, completion_logprobs "
-                                "FROM calls WHERE status = 'ok' ORDER BY rollout_id, seq"):
+        for row in conn.execute("SELECT rollout_id, prompt_token_ids, completion_token_ids, completion_logprobs, "
+                                "upstream_request, response FROM calls WHERE status = 'ok' ORDER BY rollout_id, seq"):
             out.setdefault(row["rollout_id"], []).append(
-                {k: json.loads(row[k]) for k in ("prompt_token_ids", "completion_token_ids", "completion_logprobs")})
+                {k: json.loads(row[k]) for k in ("prompt_token_ids", "completion_token_ids", "completion_logprobs",
+                                                 "upstream_request", "response")})
         conn.close()
     return out
 
 
-def _stretch(needle: list[int], hay: list[int]) -> int:
-    """Where ``needle`` starts as a contiguous stretch of ``hay`` (-1: nowhere)."""
-    n = len(needle)
-    return next((i for i in range(len(hay) - n + 1) if hay[i:i + n] == needle), -1)
-
-
-@pytest.mark.requires("verl", "model", "mitmproxy", "bubblewrap")
-def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: PolicyServer) -> None:
-    # answers of at most 48 tokens in rows of at most 128: a rollout of two or more calls spans more than one row
-    # (its answers and the tool output between them), and no single answer is too long for a row
-    exp = compose(["trainer=verl", "trainer.n_gpus_per_node=1", "trainer.tasks_per_step=1", "algo.group_size=2",
-                   f"trainer.max_seq_len={MAX_SEQ_LEN}", f"trainer.micro_batch_tokens={MAX_SEQ_LEN}",
-                   "harness.env.FORGE_MAX_TOKENS='48'", f"run.output_dir={tmp_path}"]).experiment
-    launch = plan(exp, tmp_path / "run")
-    write_inputs(launch, exp.model_dump(mode="json"))
-    (tmp_path / "plan.json").write_text(json.dumps(launch.to_dict()))
-    (tmp_path / "worker.py").write_text(WORKER)
-    done = subprocess.run([str(env_python("verl")), str(tmp_path / "worker.py"), str(tmp_path / "plan.json"),
-                           policy_server.url, str(REPO)], capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-4000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["status"][-1] == "finished" and got["rows"], got["status"]
-    records = _records(tmp_path / "run" / "rollouts")
+def _check_rows(got: dict[str, Any], records: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows veRL stored, checked against the proxy's records of the same rollouts (see the module docstring);
+    returns them by session."""
     assert len(records) == 2  # rollout.n sessions, each one forge rollout behind the proxy
     by_session: dict[str, list[dict[str, Any]]] = {}
     for row in got["rows"]:
@@ -163,7 +148,106 @@ def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: Pol
             assert all(r == 0 for r in reward[:-1]) and len(reward) == len(row["responses"])
         # the mask covers exactly the sampled tokens: every call's completion once, in order
         assert sampled == [t for c in calls for t in c["completion_token_ids"]]
+    return by_session
+
+
+def _run_worker(exp: Any, tmp_path: Path, replica: str) -> dict[str, Any]:
+    """``WORKER`` in veRL's environment on ``exp``'s plan, with ``replica`` as veRL's rollout server; its output."""
+    launch = plan(exp, tmp_path / "run")
+    write_inputs(launch, exp.model_dump(mode="json"))
+    (tmp_path / "plan.json").write_text(json.dumps(launch.to_dict()))
+    (tmp_path / "worker.py").write_text(WORKER)
+    done = subprocess.run([str(env_python("verl")), str(tmp_path / "worker.py"), str(tmp_path / "plan.json"),
+                           replica, str(REPO)], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["status"][-1] == "finished" and got["rows"], got["status"]
+    return got
+
+
+def _stretch(needle: list[int], hay: list[int]) -> int:
+    """Where ``needle`` starts as a contiguous stretch of ``hay`` (-1: nowhere)."""
+    n = len(needle)
+    return next((i for i in range(len(hay) - n + 1) if hay[i:i + n] == needle), -1)
+
+
+@pytest.mark.requires("verl", "model", "mitmproxy", "bubblewrap")
+def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: PolicyServer) -> None:
+    # answers of at most 48 tokens in rows of at most 128: a rollout of two or more calls spans more than one row
+    # (its answers and the tool output between them), and no single answer is too long for a row
+    exp = compose(["trainer=verl", "trainer.n_gpus_per_node=1", "trainer.tasks_per_step=1", "algo.group_size=2",
+                   f"trainer.max_seq_len={MAX_SEQ_LEN}", f"trainer.micro_batch_tokens={MAX_SEQ_LEN}",
+                   "harness.env.FORGE_MAX_TOKENS='48'", f"run.output_dir={tmp_path}"]).experiment
+    got = _run_worker(exp, tmp_path, policy_server.url)
+    records = _records(tmp_path / "run" / "rollouts")
+    by_session = _check_rows(got, records)
     lengths = {r: [len(c["prompt_token_ids"]) + len(c["completion_token_ids"]) for c in cs]
                for r, cs in records.items()}
     assert any(len(rows) > 1 for rows in by_session.values()), \
         f"no rollout split at trainer.max_seq_len={MAX_SEQ_LEN}: {lengths}"
+
+
+class FirstCallUsesATool(QuietHandler):
+    """Between the proxy and vLLM: a request that offers tools and carries no tool result yet (a rollout's first
+    call) gets ``tool_choice: required``, so vLLM's structured output makes the 135M model call one of the harness's
+    tools; everything else passes unchanged, streamed answers included. (A plumbing stand-in for the SFT student,
+    which forge cannot ship: its checkpoint is not in the repository.)"""
+
+    upstream = ""
+    forced = 0
+
+    def do_GET(self) -> None:
+        self._forward(None)
+
+    def do_POST(self) -> None:
+        self._forward(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+
+    def _forward(self, body: bytes | None) -> None:
+        if body is not None and self.path.endswith("/chat/completions"):
+            request = json.loads(body)
+            if request.get("tools") and not any(m.get("role") == "tool" for m in request.get("messages", [])):
+                request["tool_choice"] = "required"
+                type(self).forced += 1
+                body = json.dumps(request).encode()
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
+        with httpx.stream(self.command, self.upstream + self.path, content=body, headers=headers,
+                          timeout=900) as answer:
+            self.send_response(answer.status_code)
+            self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in answer.iter_raw():
+                self.wfile.write(chunk)
+                self.wfile.flush()
+        self.close_connection = True
+
+
+@pytest.mark.e2e  # pi in docker beside the shared vLLM: ~40 s here (make test-e2e, keeping make test under 40 min)
+@pytest.mark.requires("verl", "model", "mitmproxy", "docker", "harness:pi")
+def test_verl_worker_with_pi_and_a_tool_call(tmp_path: Path, policy_server: PolicyServer) -> None:
+    """The same through a real harness whose transcript holds a tool call: pi in docker, each rollout's first call
+    answered with a tool call (vLLM's ``tool_choice: required``), which pi runs and sends back."""
+    handler: type[FirstCallUsesATool] = type("Relay", (FirstCallUsesATool,), {"upstream": policy_server.url,
+                                                                              "forced": 0})
+    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    try:
+        exp = compose(["trainer=verl", "+harness=pi", "runtime=docker", "trainer.n_gpus_per_node=1",
+                       "trainer.tasks_per_step=1", "algo.group_size=2", "trainer.max_seq_len=4096",
+                       "trainer.micro_batch_tokens=4096", "model.max_output_tokens=96",
+                       f"run.output_dir={tmp_path}"]).experiment
+        got = _run_worker(exp, tmp_path, f"http://127.0.0.1:{relay.server_address[1]}")
+    finally:
+        relay.shutdown()
+    records = _records(tmp_path / "run" / "rollouts")
+    _check_rows(got, records)
+    assert handler.forced >= 2
+    for rid, calls in records.items():
+        # the first answer is a tool call of one of pi's tools, and pi sent its result back in the next call
+        first = calls[0]
+        offered = {t["function"]["name"] for t in first["upstream_request"]["tools"]}
+        tool_calls = first["response"]["choices"][0]["message"].get("tool_calls") or []
+        assert tool_calls and tool_calls[0]["function"]["name"] in offered, (rid, first["response"])
+        assert len(calls) >= 2, rid
+        results = [m for m in calls[1]["upstream_request"]["messages"] if m.get("role") == "tool"]
+        assert results and results[0]["tool_call_id"] == tool_calls[0]["id"], calls[1]["upstream_request"]
