@@ -83,3 +83,18 @@ def install_module(package: Path, module: str, source: str) -> None:
     (package / f"{module}.py").write_text(source)
     importlib.invalidate_caches()
     importlib.import_module(f"{package.name}.{module}")
+
+
+@contextlib.contextmanager
+def fake_upstream() -> Iterator[str]:
+    """``tests/proxy/fake_upstream.py`` (a vLLM-shaped stand-in) on a free loopback port; yields its URL."""
+    from forge_cli.ports import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "proxy" / "fake_upstream.py"),
+                             str(port)])
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -28,11 +27,10 @@ from forge_cli.ports import free_port
 from forge_cli.runtime.k8s_controller import controller_manifests
 from forge_cli.runtime.k8s_manifests import cluster_manifests, pod_manifest
 from forge_cli.runtime.spec import SandboxSpec
-from tests.helpers import forge
+from tests.helpers import fake_upstream, forge
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.requires("docker", "harness:pi", "mitmproxy")]
 RUNTIME = KubernetesRuntime(kind="kubernetes", description="images")
-HERE = Path(__file__).resolve().parent
 TOKEN = "forge-test-admin-token-0123456789"  # the Secret's token the proxy's --admin-token-env reads
 # a restricted pod's container: its user, no capability, no privilege escalation
 RESTRICTED = ["--user", f"{RUNTIME.run_as_user}:{RUNTIME.run_as_group}", "--cap-drop", "ALL",
@@ -101,13 +99,8 @@ def test_the_controller_job_finds_the_bundles_and_composes_a_run(images: None, e
 
 @pytest.fixture
 def upstream() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE.parent / "proxy" / "fake_upstream.py"), str(port)])
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with fake_upstream() as url:
+        yield url
 
 
 def test_the_proxy_statefulset_serves(images: None, upstream: str) -> None:

@@ -17,8 +17,6 @@ import http.server
 import json
 import secrets
 import sqlite3
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from forge_cli.proxy.launcher import free_port
 from forge_cli.rollout.spec import rollout_id
+from tests.helpers import fake_upstream
 from tests.requires import requires
 from tests.rollout.test_rollout_run import _harness_dir, _results, _run
 
@@ -98,13 +96,8 @@ class _Hint(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE.parent / "proxy" / "fake_upstream.py"), str(port)])
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with fake_upstream() as url:
+        yield url
 
 
 RUNTIME_OVERRIDES = {"docker-pod": ["runtime=docker", "runtime.layout=pod"],
