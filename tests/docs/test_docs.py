@@ -127,3 +127,18 @@ def test_verifier_examples_score() -> None:
     assert isinstance(got, Score) and got.passed and got.reward == 1.0
     assert not missing.passed and missing.reward == 0.0
     assert verifier is not None and verifier.describe() == "exit-zero: true"
+
+
+def test_builtin_image_example_passes_the_kit() -> None:
+    example, check = _python_blocks("extending/builtin-image.md")
+    _module("docs_example_jq", example)
+    try:
+        from forge_cli.testing.builtin_image import check_builtin_image
+
+        assert check_builtin_image("docs_example_jq:JqImage") == []
+        assert "assert check_builtin_image(" in check
+    finally:
+        del sys.modules["docs_example_jq"]
+        from forge_cli.runtime.images import BUILTIN_IMAGES
+
+        BUILTIN_IMAGES.remove("jq")  # the example's own image: the kit's tests list the registered ones

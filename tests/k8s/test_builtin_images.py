@@ -123,3 +123,45 @@ def test_a_kubernetes_dry_run_names_the_images_the_cluster_pulls() -> None:
     assert "proxy and controller (runtime.proxy_image): forge:latest: forge image build --builtin controller" in \
         plan.stdout
     assert "pod security: restricted (every process as 1000:1000)" in plan.stdout
+
+
+DEFECTS = {  # a copy of the tiny image with one planted defect each, and what the kit must say
+    "tag": ('tag = "forge-test-tiny:latest"', 'tag = "Forge Tiny!"', "is not an image reference"),
+    "summary": ('summary = "a test\'s own image"', 'summary = "two\\nlines"', "one-line summary"),
+    "pulls": ('FROM forge-base:bookworm', 'FROM docker.io/library/debian:12', "an image of registry docker.io"),
+    "outside": ('(context / "hello.txt").write_text("hello")', '(context.parent / "hello.txt").write_text("hello")',
+                "wrote outside the context"),
+    "no dockerfile": ("        return dockerfile", "        return context / 'missing'", "not a Dockerfile inside"),
+}
+
+
+def test_the_kit_passes_forges_images_and_a_packages_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forge_cli.testing.builtin_image import check_builtin_image
+
+    # the controller's and the desktop's contexts build wheels with pip (minutes): their declarations are checked
+    assert check_builtin_image("controller", prepare=False) == []
+    assert check_builtin_image("desktop", prepare=False) == []
+    monkeypatch.setenv("FORGE_HOME", str(tmp_path / "home"))
+    _bundle(tmp_path / "home", "one")
+    assert check_builtin_image("bundles") == [] and check_builtin_image("bundles", ["one"]) == []
+    assert check_builtin_image("bundles", ["nope"]) == ["it refuses --harness ['nope']: harness bundle(s) not "
+                                                        "installed: nope"]
+    with temporary_package(tmp_path, "kitimages") as package:
+        install_module(package, "images", PLUGIN)
+        try:
+            assert check_builtin_image("kitimages.images:Tiny") == []
+            assert check_builtin_image("tiny-test-image") == []
+            assert check_builtin_image("controller", ["pi"]) == ["it refuses --harness ['pi']: --harness: the "
+                                                                 "controller image holds no harness bundles"]
+            for defect, (old, new, said) in DEFECTS.items():
+                assert old in PLUGIN, defect
+                module = "broken_" + defect.replace(" ", "_")
+                broken = PLUGIN.replace(old, new).replace('name="tiny-test-image"', f'name="tiny-{module}"')
+                install_module(package, module, broken)
+                problems = check_builtin_image(f"kitimages.{module}:Tiny")
+                assert any(said in p for p in problems), (defect, problems)
+            install_module(package, "notanimage", "class Tiny:\n    pass\n")
+            assert "is not a builtin image" in " ".join(check_builtin_image("kitimages.notanimage:Tiny"))
+        finally:
+            for name in [n for n in BUILTIN_IMAGES.names() if n.startswith("tiny-")]:
+                BUILTIN_IMAGES.remove(name)
