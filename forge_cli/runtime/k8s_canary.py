@@ -8,6 +8,8 @@ the last step lists by label that nothing is left.
 1. ``api``: the API server answers and the namespace exists (missing: bad input, exit 2);
 2. ``rbac``: every verb the backend calls (the Role ``forge k8s manifests`` prints) allowed, asked with
    SelfSubjectAccessReviews;
+   ``pod-security``: the Pod Security level the namespace enforces admits forge's sandbox pods
+   (``runtime.pod_security``);
 3. ``pod``: one sandbox Pod (and its NetworkPolicy) through the backend itself, from the experiment's image, with the
    harness bundle's init container, until Running (image pull errors named with their image);
 4. ``exec``: one command in it, its output checked;
@@ -33,7 +35,7 @@ from typing import Any, Literal
 from forge_cli.config.schema import KubernetesRuntime
 from forge_cli.errors import UserError
 from forge_cli.runtime.base import SandboxError, SandboxUnavailable
-from forge_cli.runtime.k8s_manifests import CONTROLLER_ACCOUNT, cluster_manifests, replica_host
+from forge_cli.runtime.k8s_manifests import CONTROLLER_ACCOUNT, PSS_LABEL, cluster_manifests, replica_host
 from forge_cli.runtime.kubernetes import CONTEXT_FIX, IMAGE_PROBLEMS, KubernetesSandbox, apis_for
 from forge_cli.runtime.kubernetes import _status as api_status
 from forge_cli.runtime.spec import LABEL_RUN, ProxyEndpoint, SandboxSpec
@@ -131,6 +133,8 @@ class Canary:
         self.rollout, self.rollout_skipped = rollout, rollout_skipped
         self.run_id = f"canary-{uuid.uuid4().hex[:8]}"
         self.steps: list[Step] = []
+        # the namespace's labels as read by the api step (None: reading the namespace is not allowed)
+        self.namespace_labels: dict[str, str] | None = None
         self.sandbox: KubernetesSandbox | None = None
         self.apis: Any = None
         self.gate: Any = None
@@ -160,12 +164,12 @@ class Canary:
     def run(self) -> list[Step]:
         """Every step; cleanup whatever happens (Ctrl-C included, which is re-raised after it)."""
         self.connect()
-        pending = ["api", "rbac", "pod", "exec", "egress", "proxy", "rollout"]
+        pending = ["api", "rbac", "pod-security", "pod", "exec", "egress", "proxy", "rollout"]
         created = False  # from the pod step on, something may exist to remove
         try:
             for name in pending:
                 created = created or name == "pod"
-                getattr(self, f"step_{name}")()
+                getattr(self, f"step_{name.replace('-', '_')}")()
         except Stop:
             done = {step.name for step in self.steps}
             failed = self.steps[-1].name
@@ -186,7 +190,8 @@ class Canary:
     def step_api(self) -> None:
         ns = self.runtime.namespace
         try:
-            self._call("reading the namespace", self.apis.core.read_namespace, ns)
+            namespace = self._call("reading the namespace", self.apis.core.read_namespace, ns)
+            self.namespace_labels = dict(getattr(namespace.metadata, "labels", None) or {})
             detail = f"the API server answers; namespace {ns} exists"
         except Exception as error:
             status = _status(error)
@@ -205,6 +210,26 @@ class Canary:
             else:
                 raise self.fail("api", f"the API server answered {status}: {error}", CONTEXT_FIX) from None
         self.add("api", "ok", detail)
+
+    def step_pod_security(self) -> None:
+        """The Pod Security level the namespace enforces against the one forge's sandbox pods meet."""
+        ns, wanted = self.runtime.namespace, self.runtime.pod_security
+        if self.namespace_labels is None:
+            self.add("pod-security", "not run", f"reading namespace {ns} is not allowed: its enforced level is "
+                                                "unknown (a rejection shows in the pod step)")
+            return
+        enforced = self.namespace_labels.get(PSS_LABEL)
+        if enforced == "restricted" and wanted == "baseline":
+            raise self.fail("pod-security", f"namespace {ns} enforces the restricted Pod Security level, but "
+                                            "runtime.pod_security=baseline runs sandboxes as their image's user: the "
+                                            "API server refuses those pods",
+                            "run the sandboxes as non-root (runtime.pod_security=restricted, the default) or label "
+                            f"the namespace baseline: kubectl label namespace {ns} {PSS_LABEL}=baseline --overwrite")
+        if enforced is None:
+            self.add("pod-security", "ok", f"namespace {ns} enforces no Pod Security level; forge's pods meet "
+                                           f"{wanted} (forge k8s manifests labels the namespace to enforce it)")
+        else:
+            self.add("pod-security", "ok", f"namespace {ns} enforces {enforced}; forge's sandbox pods meet {wanted}")
 
     def step_rbac(self) -> None:
         refused: list[str] = []

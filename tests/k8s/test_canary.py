@@ -92,8 +92,8 @@ def test_healthy_cluster_every_step_ok_and_nothing_left(cluster: FakeCluster, mo
     code, out, err = forge(monkeypatch, capsys, "k8s", "check")
     steps = lines(out)
     assert code == 0, out + err
-    assert list(steps) == ["api", "rbac", "pod", "exec", "egress", "proxy", "rollout", "cleanup"]
-    for name in ("api", "rbac", "pod", "exec", "egress", "proxy", "cleanup"):
+    assert list(steps) == ["api", "rbac", "pod-security", "pod", "exec", "egress", "proxy", "rollout", "cleanup"]
+    for name in ("api", "rbac", "pod-security", "pod", "exec", "egress", "proxy", "cleanup"):
         assert steps[name].startswith("ok:"), steps[name]
     # the fake cannot run a harness: the rollout is reported as not run, with what it needs, never as ok
     assert steps["rollout"].startswith("not run:") and "proxy.url" in steps["rollout"]
@@ -103,6 +103,29 @@ def test_healthy_cluster_every_step_ok_and_nothing_left(cluster: FakeCluster, mo
     assert [p[:2] for p in pod(cluster).probed] == [("tcp", "kubernetes.default.svc"), ("http", PROXY_HOST)]
     reviews = [c for c in cluster.calls if c[0] == "create_self_subject_access_review"]
     assert ("create_self_subject_access_review", "create", "pods/exec") in reviews
+    nothing_left(cluster)
+
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def test_the_namespaces_pod_security_level_against_the_sandboxes(cluster: FakeCluster,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = forge(monkeypatch, capsys, "k8s", "check")
+    assert code == 0 and "enforces no Pod Security level; forge's pods meet restricted" in lines(out)["pod-security"]
+    cluster.namespace_labels["forge"] = {ENFORCE: "restricted"}
+    code, out, _ = forge(monkeypatch, capsys, "k8s", "check")
+    assert code == 0 and "enforces restricted; forge's sandbox pods meet restricted" in lines(out)["pod-security"]
+    # sandboxes as their image's user (root) where the namespace enforces restricted: every pod would be refused
+    cluster.calls.clear()
+    code, out, err = forge(monkeypatch, capsys, "k8s", "check", "runtime.pod_security=baseline")
+    steps = lines(out)
+    assert code == 1, out + err
+    assert steps["pod-security"].startswith("FAILED:") and "runtime.pod_security=baseline" in steps["pod-security"]
+    assert f"kubectl label namespace forge {ENFORCE}=baseline --overwrite" in out
+    assert all(steps[s].startswith("not run:") for s in ("pod", "exec", "egress", "proxy", "rollout"))
+    assert not any(c[0] == "create_namespaced_pod" for c in cluster.calls), "nothing created after the refusal"
     nothing_left(cluster)
 
 
@@ -226,7 +249,7 @@ def test_ctrl_c_still_removes_everything(cluster: FakeCluster) -> None:
 
     with pytest.raises(KeyboardInterrupt):
         run_canary(cluster, report=interrupt)
-    assert seen == ["api ok", "rbac ok", "pod ok", "cleanup ok"]
+    assert seen == ["api ok", "rbac ok", "pod-security ok", "pod ok", "cleanup ok"]
     nothing_left(cluster)
 
 

@@ -133,6 +133,8 @@ class FakeCluster:
         # RBAC refusals, (verb, resource) as in RBAC_VERBS; the namespaces that exist (None: any)
         self.forbidden: set[tuple[str, str]] = set()
         self.namespaces: set[str] | None = None
+        # each namespace's labels (the Pod Security level it enforces: pod-security.kubernetes.io/enforce)
+        self.namespace_labels: dict[str, dict[str, str]] = {}
         self.core = _Api(self)
         self.net = _Api(self)
         self.auth = _Api(self)
@@ -174,7 +176,8 @@ class FakeCluster:
     def _read_namespace(self, name: str) -> Any:
         self.calls.append(("read_namespace", name))
         self._known(name)
-        return to_model({"metadata": {"name": name}}, "V1Namespace")
+        return to_model({"metadata": {"name": name, "labels": self.namespace_labels.get(name) or None}},
+                        "V1Namespace")
 
     def _create_self_subject_access_review(self, body: dict[str, Any]) -> Any:
         model = to_model(body, "V1SelfSubjectAccessReview")
