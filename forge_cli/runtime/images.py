@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,7 +49,7 @@ def build_image(runtime: Any, tag: str, context: Path, dockerfile: Path,
     return image_id
 
 
-class BuiltinImage:
+class BuiltinImage(abc.ABC):
     """An image forge builds from this checkout (``forge image build --builtin NAME``): the extension point of the
     images forge ships. A subclass names itself (``class Mine(BuiltinImage, name="mine")``) and gives its default
     ``tag``, a one-line ``summary`` and :meth:`prepare`, which writes the build context; :meth:`build` builds it on
@@ -73,9 +74,9 @@ class BuiltinImage:
             raise UserError(f"--harness: the {self.name} image holds no harness bundles", exit_code=2)
         self.harnesses = list(harnesses)
 
+    @abc.abstractmethod
     def prepare(self, context: Path, echo: Echo | None) -> Path:
         """Write the build context into the empty directory ``context``; return its Dockerfile."""
-        raise NotImplementedError
 
     def build(self, runtime: Any, tag: str | None = None, echo: Echo | None = None) -> str:
         """Build the image as ``tag`` (default: :attr:`tag`) on ``runtime``'s daemon; returns the image id."""

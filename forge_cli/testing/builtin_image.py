@@ -54,6 +54,8 @@ def check_builtin_image(name: str, harnesses: Sequence[str] = (), prepare: bool 
         image = cls(harnesses)
     except UserError as exc:
         return [*problems, f"it refuses --harness {list(harnesses)}: {exc.message}"]
+    except TypeError as exc:  # an abstract prepare left unimplemented
+        return [*problems, f"it cannot be made: {exc}"]
     with tempfile.TemporaryDirectory(prefix="forge-image-kit-") as tmp:
         context = Path(tmp) / "context"
         context.mkdir()

@@ -160,6 +160,10 @@ def test_the_kit_passes_forges_images_and_a_packages_own(tmp_path: Path, monkeyp
                 install_module(package, module, broken)
                 problems = check_builtin_image(f"kitimages.{module}:Tiny")
                 assert any(said in p for p in problems), (defect, problems)
+            install_module(package, "noprepare", "from forge_cli.runtime.images import BuiltinImage\n\n\n"
+                           "class Tiny(BuiltinImage, name='tiny-no-prepare'):\n    tag = 'a:b'\n    summary = 's'\n")
+            assert "it cannot be made: Can't instantiate abstract class" in " ".join(
+                check_builtin_image("kitimages.noprepare:Tiny"))
             install_module(package, "notanimage", "class Tiny:\n    pass\n")
             assert "is not a builtin image" in " ".join(check_builtin_image("kitimages.notanimage:Tiny"))
         finally:
