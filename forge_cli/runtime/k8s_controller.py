@@ -23,11 +23,11 @@ from forge_cli.runtime.k8s_manifests import (
     CONTROLLER_ACCOUNT,
     CONTROLLER_APP,
     CONTROLLER_FORGE_HOME,
+    FORGE_POD_SECURITY,
     PROXY_TOKEN_ENV,
     PROXY_TOKEN_SECRET,
     bundle_copy,
     plain,
-    pod_security,
     replica_urls,
     tools_host,
 )
@@ -95,7 +95,7 @@ def controller_manifests(runtime: KubernetesRuntime, verb: str, overrides: Seque
                      "serviceAccountName": CONTROLLER_ACCOUNT,
                      "automountServiceAccountToken": True,  # forge creates the rollout pods through the API
                      "restartPolicy": "Never",
-                     "securityContext": pod_security(runtime, "restricted"),
+                     "securityContext": FORGE_POD_SECURITY,
                      # forge looks for the harness's bundle in its own $FORGE_HOME before it starts the rollouts'
                      # pods (which copy it from the same image): the bundles image fills that directory first
                      "initContainers": [{

@@ -63,14 +63,22 @@ def bundle_copy(source: str, target: str) -> list[str]:
     return ["cp", "-R", f"{source}/.", f"{target}/"]
 
 
-def pod_security(runtime: KubernetesRuntime, profile: str | None = None) -> dict[str, Any]:
-    """A pod's securityContext under ``profile`` (default: ``runtime.pod_security``): restricted runs every process as
+def _restricted(uid: int, gid: int) -> dict[str, Any]:
+    return {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
+            "fsGroup": gid}
+
+
+def pod_security(runtime: KubernetesRuntime) -> dict[str, Any]:
+    """A sandbox pod's securityContext: restricted (``runtime.pod_security``) runs every process as
     ``run_as_user:run_as_group`` (volumes group-owned by it), baseline as the image's user; both keep seccomp."""
-    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
-    if (profile or runtime.pod_security) == "restricted":
-        context.update(runAsNonRoot=True, runAsUser=runtime.run_as_user, runAsGroup=runtime.run_as_group,
-                       fsGroup=runtime.run_as_group)
-    return context
+    if runtime.pod_security == "restricted":
+        return _restricted(runtime.run_as_user, runtime.run_as_group)
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+# forge's own pods (the proxy replicas, the controller Job): restricted, as the controller image's user whatever the
+# sandboxes run as (its HOME and $FORGE_HOME belong to that user)
+FORGE_POD_SECURITY = _restricted(CONTROLLER_UID, CONTROLLER_UID)
 
 
 def pod_manifest(spec: SandboxSpec, runtime: KubernetesRuntime) -> dict[str, Any]:
@@ -203,7 +211,7 @@ def cluster_manifests(runtime: KubernetesRuntime) -> list[dict[str, Any]]:
                  "spec": {
                      "serviceAccountName": CONTROLLER_ACCOUNT,
                      "automountServiceAccountToken": False,
-                     "securityContext": pod_security(runtime, "restricted"),
+                     "securityContext": FORGE_POD_SECURITY,
                      "containers": [{
                          "name": "proxy",
                          "image": runtime.proxy_image,

@@ -95,3 +95,12 @@ def test_the_checker_catches_each_control(defect: str) -> None:
     assert violations(doc) == []
     plant(doc)
     assert any(v.startswith(control + ":") for v in violations(doc)), violations(doc)
+
+
+def test_forges_own_pods_run_as_the_controller_images_user_whatever_the_sandboxes_do() -> None:
+    runtime = RUNTIME.model_copy(update={"run_as_user": 2000, "run_as_group": 3000})
+    for doc in _pods(runtime):
+        context = (doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"])["securityContext"]
+        want = (2000, 3000) if doc["kind"] == "Pod" else (1000, 1000)  # the controller image's user forge
+        assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (want[0], want[1], want[1])
+        assert violations(doc) == []
