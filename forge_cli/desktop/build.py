@@ -8,12 +8,10 @@ temporary copy of the build context.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from forge_cli.errors import UserError
+from forge_cli.runtime.images import build_wheels
 
 IMAGE_DIR = Path(__file__).resolve().parent / "image"
 
@@ -25,11 +23,6 @@ def prepare_desktop_context(context: Path, echo: Callable[[str], None] | None) -
                     ignore=shutil.ignore_patterns("wheels", "__pycache__", "*.pyc"))
     wheels = context / "wheels"
     wheels.mkdir()
-    if echo is not None:
-        echo("building the image's Python wheels (image/wheels.txt) with pip")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-r",
-                           str(context / "wheels.txt"), "-w", str(wheels)], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(f"pip could not build the desktop image's wheels: {done.stderr.strip()[-800:]}",
-                        fix="check that PyPI is reachable (pip install works), then build again", exit_code=1)
+    build_wheels(["--no-deps", "-r", str(context / "wheels.txt")], wheels, "the desktop image (image/wheels.txt)",
+                 echo)
     return context / "Dockerfile"

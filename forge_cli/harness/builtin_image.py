@@ -4,7 +4,8 @@
 the controller Job's into forge's own ``$FORGE_HOME/harnesses``.
 
 The bundles are hard-linked into the build context (copied where the file system does not allow it), so building
-costs what dockerd's copy costs; every file must be readable by the pods' non-root user, and is checked to be.
+costs what dockerd's copy costs; a file the pods' non-root user could not read (or run) is copied instead and
+made readable in the copy, never in ``$FORGE_HOME``.
 """
 
 from __future__ import annotations

@@ -9,12 +9,10 @@ wheels are built first on this machine with forge's pip (from its cache where it
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from forge_cli.errors import UserError
-from forge_cli.runtime.images import BuiltinImage, Echo
+from forge_cli.runtime.images import BuiltinImage, Echo, build_wheels
 from forge_cli.runtime.k8s_manifests import CONTROLLER_FORGE_HOME, CONTROLLER_HOME, CONTROLLER_UID
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -40,16 +38,6 @@ WORKDIR {CONTROLLER_HOME}
 """
 
 
-def _pip_wheel(args: list[str], wheels: Path, what: str, echo: Echo | None) -> None:
-    if echo is not None:
-        echo(f"building the wheels of {what} with pip")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), *args],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise UserError(f"pip could not build the wheels of {what}: {done.stderr.strip()[-800:]}",
-                        fix="check that PyPI is reachable (pip install works), then build again", exit_code=1)
-
-
 class ControllerImage(BuiltinImage, name="controller"):
     tag = "forge:latest"
     summary = ("forge and its mitmproxy environment as a non-root user: the in-cluster capture proxy and controller "
@@ -61,8 +49,8 @@ class ControllerImage(BuiltinImage, name="controller"):
                             fix="git clone forge and run forge image build --builtin controller there", exit_code=2)
         wheels = context / "wheels"
         wheels.mkdir()
-        _pip_wheel([str(PACKAGE_ROOT)], wheels, "forge (this checkout) and its dependencies", echo)
-        _pip_wheel(["-r", str(MITMPROXY_REQUIREMENTS)], wheels, "forge's mitmproxy environment", echo)
+        build_wheels([str(PACKAGE_ROOT)], wheels, "forge (this checkout) and its dependencies", echo)
+        build_wheels(["-r", str(MITMPROXY_REQUIREMENTS)], wheels, "forge's mitmproxy environment", echo)
         (wheels / "mitmproxy.txt").write_bytes(MITMPROXY_REQUIREMENTS.read_bytes())
         dockerfile = context / "Dockerfile"
         dockerfile.write_text(DOCKERFILE)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -105,3 +107,15 @@ def scratch_dir() -> Path:
     path = forge_home() / "tmp"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def build_wheels(args: Sequence[str], wheels: Path, what: str, echo: Echo | None) -> None:
+    """``pip wheel ARGS`` into ``wheels`` with forge's own pip, on this machine: an image's build reaches Debian's
+    archive but not PyPI. UserError exit 1 when pip cannot (PyPI out of reach)."""
+    if echo is not None:
+        echo(f"building the wheels of {what} with pip")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), *args],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"pip could not build the wheels of {what}: {done.stderr.strip()[-800:]}",
+                        fix="check that PyPI is reachable (pip install works), then build again", exit_code=1)
