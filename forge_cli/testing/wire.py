@@ -10,7 +10,11 @@ format; the request becomes a capturing Chat Completions request (token ids, log
 stream flag); a JSON answer and a streamed one (text, and a tool call with ``Paris`` as its city) reach the client
 without the capture fields and the record keeps every token id with one logprob each, the finish reason and the
 usage; a cut-off stream is incomplete and ends in an error event; errors come in the format's shape; a broken body
-is refused; the store writer's row has every column. Each check is also runnable alone (:func:`run_check`).
+is refused; the store writer's row has every column; a recorded answer replays (prefix replay answers a recorded
+call from upstream, in Chat Completions): for the JSON answers (text, a tool call, each also with reasoning) and the
+streamed ones as the record assembles them, ``upstream_answer`` gives a Chat Completions answer without capture
+fields or usage which, with the original's put back, ``client_body`` turns into the recorded answer exactly, and it
+raises ``ValueError`` for an error body. Each check is also runnable alone (:func:`run_check`).
 """
 
 from __future__ import annotations
@@ -44,9 +48,12 @@ def _entries(tokens: list[int]) -> list[dict[str, Any]]:
     return [{"token": f"t{t}", "logprob": -0.5, "bytes": [], "top_logprobs": []} for t in tokens]
 
 
-def completion(tool: bool) -> dict[str, Any]:
-    """The upstream's (vLLM's) JSON answer: text, or one get_weather call, with token ids and logprobs."""
+def completion(tool: bool, reasoning: bool = False) -> dict[str, Any]:
+    """The upstream's (vLLM's) JSON answer: text, or one get_weather call, with token ids and logprobs (and with
+    ``reasoning``, the model's reasoning before it)."""
     message: dict[str, Any] = {"role": "assistant", "content": None if tool else "Hello there"}
+    if reasoning:
+        message["reasoning_content"] = "The user greets me."
     if tool:
         message["tool_calls"] = [{"id": "call_1", "type": "function",
                                   "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
@@ -185,10 +192,51 @@ def writer_row_has_every_column(fmt: WireFormat, request: Request) -> None:
             "the row keeps one logprob per token and the response's size")
 
 
+_CAPTURE = ("prompt_token_ids", "prompt_text", "usage")  # top-level fields upstream_answer leaves out
+
+
+def recorded_answer_inverts_to_the_upstream_answer(fmt: WireFormat, request: Request) -> None:
+    invert = fmt.upstream_answer
+    if invert is None:
+        raise Problem("upstream_answer is None: prefix replay needs it (the Chat Completions answer a recorded client "
+                      "answer was translated from) to answer a recorded call in this format")
+    answers: list[tuple[str, dict[str, Any], Any, Prepared]] = []
+    for tool in (False, True):
+        kind = "tool call" if tool else "text"
+        for reasoning in (False, True):
+            prep = _prepare(fmt, request, False)
+            original = completion(tool, reasoning)
+            answer = json.loads(fmt.client_body(json.dumps(original).encode(), prep))
+            answers.append((f"JSON {kind} answer" + (" with reasoning" if reasoning else ""), original, answer, prep))
+        prep = _prepare(fmt, request, True)
+        answers.append((f"streamed {kind} answer", completion(tool), fmt.assemble(stream(tool), True, prep).response,
+                        prep))
+    for what, original, answer, prep in answers:
+        upstream = invert(json.loads(json.dumps(answer)))
+        choices = upstream.get("choices") if isinstance(upstream, dict) else None
+        _expect(isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)
+                and upstream.get("object") == "chat.completion",
+                f"upstream_answer of the {what} is a chat.completion with one choice: {upstream}")
+        assert isinstance(choices, list)
+        found = [k for k in _CAPTURE if k in upstream] + [k for k in ("token_ids", "logprobs") if k in choices[0]]
+        _expect(not found, f"upstream_answer of the {what} leaves out capture fields and usage: it has {found}")
+        kept = original["choices"][0]
+        choices[0].update(token_ids=kept["token_ids"], logprobs=kept["logprobs"])
+        upstream.update(prompt_token_ids=original["prompt_token_ids"], usage=original["usage"])
+        again = json.loads(fmt.client_body(json.dumps(upstream).encode(), prep))
+        _expect(again == answer, f"the {what} translated back from upstream_answer's is not the recorded one: "
+                f"{json.dumps(again)[:400]} != {json.dumps(answer)[:400]}")
+    try:
+        invert(json.loads(fmt.error(400, "bad", "invalid_request_error")))
+    except ValueError:
+        return
+    raise Problem("upstream_answer of an error body raised no ValueError (it is no answer)")
+
+
 CHECKS: dict[str, Callable[[WireFormat, Request], None]] = {check.__name__: check for check in (
     request_becomes_a_capturing_chat_request, json_answer_reaches_the_client_and_the_record,
     stream_reaches_the_client_and_the_record, cut_off_stream_is_incomplete, errors_in_the_format_shape,
-    writer_row_has_every_column)}
+    writer_row_has_every_column, recorded_answer_inverts_to_the_upstream_answer)}
 
 
 def run_check(check: str, name: str, request: Request) -> str | None:

@@ -29,7 +29,8 @@ def client_body(raw, prep):
 
 FORMAT = register_wire_format(WireFormat(
     name="plain", paths=("/v1/plain/completions",), prepare=chat.prepare, client_body=client_body,
-    client_stream=chat.ClientStream, assemble=chat.assemble, error=chat.openai_error, reshapes_errors=False))
+    client_stream=chat.ClientStream, assemble=chat.assemble, error=chat.openai_error, reshapes_errors=False,
+    upstream_answer=chat.upstream_answer))
 '''
 
 DEFECTS = {
@@ -39,6 +40,11 @@ DEFECTS = {
         "assemble=chat.assemble,", "assemble=lambda raw, streamed, prep: __import__('dataclasses').replace("
         "chat.assemble(raw, streamed, prep), completion_logprobs=None),"),
     "is routed to no format": ('paths=("/v1/plain/completions",)', 'paths=("/v1/plain",)'),
+    "prefix replay needs it": ("reshapes_errors=False,\n    upstream_answer=chat.upstream_answer)",
+                               "reshapes_errors=False)"),
+    "translated back from upstream_answer's is not the recorded one": (
+        "upstream_answer=chat.upstream_answer)", "upstream_answer=lambda answer: {**chat.upstream_answer(answer), "
+        "'model': 'other'})"),
 }
 
 

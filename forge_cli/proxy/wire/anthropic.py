@@ -19,14 +19,18 @@ from forge_cli.proxy.wire.base import (
     Prepared,
     WireFormat,
     anthropic_error,
+    chat_answer,
+    chat_call,
     load_object,
     register_wire_format,
     translate_answer,
+    unwrap_arguments,
 )
 from forge_cli.proxy.wire.decode import TranslatedStream
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "abort": "end_turn"}
+_FINISH = {"max_tokens": "length", "tool_use": "tool_calls"}  # _STOP inverted (end_turn: stop)
 
 
 def _text_of(content: Any) -> str:
@@ -179,6 +183,21 @@ def to_message(completion: dict[str, Any]) -> dict[str, Any]:
             "usage": _usage(completion.get("usage"))}
 
 
+def upstream_answer(response: Any) -> dict[str, Any]:
+    """The chat completion a recorded ``message`` was translated from (``to_message`` inverted; it drops reasoning
+    and ``created``: there is none to give back, ``created`` is 0)."""
+    if not (isinstance(response, dict) and response.get("type") == "message"
+            and isinstance(response.get("content"), list)):
+        raise ValueError("not an Anthropic message")
+    blocks = [b for b in response["content"] if isinstance(b, dict)]
+    calls = [chat_call(b.get("id"), b.get("name"), unwrap_arguments(b.get("input")))
+             for b in blocks if b.get("type") == "tool_use"]
+    text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
+    finish = _FINISH.get(str(response.get("stop_reason")), "stop")
+    return chat_answer("chatcmpl-" + str(response.get("id") or "").removeprefix("msg_"), 0, response.get("model"),
+                       text, finish, calls)
+
+
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
     """A non-streamed chat answer as a Messages answer (errors in Anthropic's shape)."""
     return translate_answer(upstream, lambda obj: to_message(obj))
@@ -276,4 +295,5 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
 
 FORMAT = register_wire_format(WireFormat(
     name="anthropic", paths=("/v1/messages", "/messages"), prepare=prepare, client_body=client_body,
-    client_stream=ClientStream, assemble=assemble, error=anthropic_error, reshapes_errors=True))
+    client_stream=ClientStream, assemble=assemble, error=anthropic_error, reshapes_errors=True,
+    upstream_answer=upstream_answer))

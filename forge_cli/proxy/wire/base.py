@@ -78,6 +78,41 @@ def translate_answer(upstream: bytes, translate: Callable[[dict[str, Any]], dict
     return upstream
 
 
+def chat_answer(chat_id: str, created: Any, model: Any, text: str, finish_reason: str,
+                calls: list[dict[str, Any]] | None = None, reasoning: str = "") -> dict[str, Any]:
+    """A non-streamed Chat Completions answer without capture fields or usage, what a format's ``upstream_answer``
+    returns: ``content`` is ``None`` when the answer is only tool calls (as vLLM sends it)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    return {"id": chat_id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}]}
+
+
+def chat_call(call_id: Any, name: Any, arguments: str) -> dict[str, Any]:
+    """One Chat Completions tool call."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def unwrap_arguments(args: Any, wrapped: str | None = None) -> str:
+    """The Chat arguments string of a tool call's parsed arguments: the JSON text, or the text itself where the
+    forward translation kept unparsable arguments as ``{"_raw": text}`` (or ``wrapped`` names the key of a wrapper
+    it put around arguments that are not a JSON object: Gemini's ``{"value": ...}``). A wrapper is only undone where
+    the forward translation could have added it, so the result translates to ``args`` again."""
+    if isinstance(args, dict) and len(args) == 1:
+        (key, value), = args.items()
+        if key == "_raw" and isinstance(value, str):
+            try:
+                json.loads(value)
+            except ValueError:
+                return value
+        elif key == wrapped and not isinstance(value, dict):
+            return json.dumps(value, ensure_ascii=False)
+    return json.dumps(args, ensure_ascii=False)
+
+
 def load_object(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or ``BadRequest``."""
     try:
@@ -154,6 +189,16 @@ class WireFormat:
     is the format's error body. A new format is one module ending in ``FORMAT = register_wire_format(WireFormat(...))``
     (forge's own in this package are found where they live; a package's through the entry-point group
     ``forge.wire_formats``, installed where the proxy runs); ``forge_cli.testing.wire`` is its conformance kit.
+
+    ``upstream_answer`` inverts ``client_body`` for prefix replay, whose server stands where the upstream stands and
+    answers recorded calls: given a recorded client answer (``CallRecord.response``: the parsed JSON object of a
+    non-streamed answer, or of a streamed one as assembled), it returns the Chat Completions answer it was
+    translated from, ``{"id", "object": "chat.completion", "created", "model", "choices": [{"index": 0, "message":
+    {"role": "assistant", "content": str | None, "reasoning_content"?, "tool_calls"?: [{"id", "type": "function",
+    "function": {"name", "arguments": <JSON string>}}]}, "finish_reason"}]}``, with no capture fields (token ids,
+    prompt token ids, logprobs) and no usage; ``ValueError`` for an object that is no such answer (an error body).
+    With the recording's capture fields and usage put back, ``client_body`` turns it into the recorded answer
+    again, exactly. ``None``: calls in this format cannot be replayed.
     """
 
     name: str
@@ -166,6 +211,7 @@ class WireFormat:
     reshapes_errors: bool  # upstream error bodies always rewritten into ``error``'s shape (they are OpenAI's)
     matches: Callable[[str], bool] | None = None  # client paths served beyond ``paths`` (Gemini's model paths)
     upstream_path: str = "/v1/chat/completions"
+    upstream_answer: Callable[[Any], dict[str, Any]] | None = None  # client answer -> the Chat answer (replay)
 
 
 # every wire format by name, the name records carry in ``wire_format`` (``registry.FORMATS`` reads it)

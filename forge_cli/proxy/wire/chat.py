@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -261,6 +262,18 @@ def assemble_stream(events: list[bytes], prep: Prepared) -> Assembled:
     return result
 
 
+def upstream_answer(response: Any) -> dict[str, Any]:
+    """The recorded answer (already a chat completion) as the upstream's, without capture fields or usage."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if not (isinstance(choices, list) and choices and all(isinstance(c, dict) for c in choices)
+            and isinstance(choices[0].get("message"), dict)):
+        raise ValueError("not a chat completion: no choice with a message")
+    out = {k: v for k, v in copy.deepcopy(response).items() if k not in ("prompt_token_ids", "prompt_text", "usage")}
+    out["choices"] = [{k: v for k, v in c.items() if k not in ("token_ids", "logprobs")} for c in out["choices"]]
+    return out
+
+
 FORMAT = register_wire_format(WireFormat(
     name="chat", paths=("/v1/chat/completions", "/chat/completions"), prepare=prepare, client_body=client_body,
-    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False))
+    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False,
+    upstream_answer=upstream_answer))

@@ -23,11 +23,14 @@ from forge_cli.proxy.wire.base import (
     Limits,
     Prepared,
     WireFormat,
+    chat_answer,
+    chat_call,
     gemini_error,
     load_object,
     logprob,
     register_wire_format,
     translate_answer,
+    unwrap_arguments,
 )
 from forge_cli.proxy.wire.decode import TranslatedStream
 
@@ -35,6 +38,7 @@ from forge_cli.proxy.wire.decode import TranslatedStream
 GEMINI_PATH = re.compile(r"^/(?:v1beta|v1|v1alpha)/models/([^/:]+):(generateContent|streamGenerateContent)$")
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY",
            "abort": "OTHER"}
+_STOP = {"MAX_TOKENS": "length", "SAFETY": "content_filter", "OTHER": "abort"}  # _FINISH inverted (STOP: stop)
 _MODES = {"AUTO": "auto", "NONE": "none", "ANY": "required", "VALIDATED": "auto"}
 # JSON-Schema keywords whose value is one schema / a list of schemas / a map of schemas (Gemini's Schema dialect)
 _ONE = ("items", "additionalProperties", "not")
@@ -306,6 +310,28 @@ def to_response(completion: dict[str, Any], prep: Prepared) -> dict[str, Any]:
     return _envelope(completion, candidate, _usage(completion.get("usage")))
 
 
+def upstream_answer(response: Any) -> dict[str, Any]:
+    """The chat completion a recorded ``GenerateContentResponse`` was translated from (``to_response`` inverted;
+    there is no ``created`` to give back: 0). A function call without an ``id`` gets none (``None``): the upstream's
+    call had none, or the forward translation would have sent it."""
+    try:
+        candidate = response["candidates"][0]
+        parts = candidate["content"]["parts"]
+    except (TypeError, KeyError, IndexError):
+        parts = None
+    if not isinstance(parts, list):
+        raise ValueError("not a Gemini GenerateContentResponse: no candidate with content parts")
+    parts = [p for p in parts if isinstance(p, dict)]
+    texts = [p for p in parts if isinstance(p.get("text"), str)]
+    calls = [chat_call(fc.get("id") or None, fc.get("name") or "", unwrap_arguments(fc.get("args") or {}, "value"))
+             for p in parts if isinstance(fc := p.get("functionCall"), dict)]
+    finish = _STOP.get(str(candidate.get("finishReason")), "stop")
+    return chat_answer("chatcmpl-" + str(response.get("responseId") or ""), 0, response.get("modelVersion"),
+                       "".join(p["text"] for p in texts if not p.get("thought")),
+                       "tool_calls" if calls and finish == "stop" else finish, calls,
+                       "".join(p["text"] for p in texts if p.get("thought")))
+
+
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
     """A non-streamed chat answer as a Gemini answer (upstream errors are reshaped by the addon)."""
     return translate_answer(upstream, lambda obj: to_response(obj, prep))
@@ -375,4 +401,4 @@ def _matches(path: str) -> bool:
 
 FORMAT = register_wire_format(WireFormat(
     name="gemini", paths=(), prepare=prepare, client_body=client_body, client_stream=ClientStream, assemble=assemble,
-    error=gemini_error, reshapes_errors=True, matches=_matches))
+    error=gemini_error, reshapes_errors=True, matches=_matches, upstream_answer=upstream_answer))

@@ -20,6 +20,8 @@ from forge_cli.proxy.wire.base import (
     Limits,
     Prepared,
     WireFormat,
+    chat_answer,
+    chat_call,
     load_object,
     openai_error,
     register_wire_format,
@@ -290,6 +292,23 @@ def to_response(completion: dict[str, Any], prep: Prepared) -> dict[str, Any]:
     return response
 
 
+def upstream_answer(response: Any) -> dict[str, Any]:
+    """The chat completion a recorded ``response`` was translated from (``to_response`` inverted; a namespaced
+    tool's call by its flat Chat name again); ``ValueError`` for a failed or unfinished one."""
+    if not (isinstance(response, dict) and response.get("object") == "response"
+            and isinstance(response.get("output"), list) and response.get("status") in ("completed", "incomplete")):
+        raise ValueError("not a finished Responses response")
+    items = [i for i in response["output"] if isinstance(i, dict)]
+    calls = [chat_call(i.get("call_id"), _flat(i["namespace"], i.get("name")) if i.get("namespace") else i.get("name"),
+                       str(i.get("arguments") or "")) for i in items if i.get("type") == "function_call"]
+    text = "".join(_text(i.get("content")) for i in items if i.get("type") == "message")
+    reasoning = "".join(_text(i.get("content")) or _text(i.get("summary"))
+                        for i in items if i.get("type") == "reasoning")
+    finish = "length" if response["status"] == "incomplete" else "tool_calls" if calls else "stop"
+    return chat_answer("chatcmpl-" + str(response.get("id") or "").removeprefix("resp_"), response.get("created_at"),
+                       response.get("model"), text, finish, calls, reasoning)
+
+
 def client_body(upstream: bytes, prep: Prepared) -> bytes:
     """A non-streamed chat answer as a Responses answer (errors pass through: same shape as OpenAI's)."""
     return translate_answer(upstream, lambda obj: to_response(obj, prep))
@@ -469,4 +488,5 @@ def assemble(upstream: bytes, streamed: bool, prep: Prepared) -> Assembled:
 
 FORMAT = register_wire_format(WireFormat(
     name="responses", paths=("/v1/responses", "/responses"), prepare=prepare, client_body=client_body,
-    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False))
+    client_stream=ClientStream, assemble=assemble, error=openai_error, reshapes_errors=False,
+    upstream_answer=upstream_answer))
