@@ -69,8 +69,8 @@ def matmul_peak(bf16: bool, size: int = 2048, repeats: int = 5) -> float:
 def recorded_group(run_dir: Path, group: int, max_seq_len: int) -> tuple[list[Any], str, Path]:
     """The samples of the first task with ``group`` finished rollouts, and the run's model directory."""
     from forge_cli.rollout.reader import read_run
+    from forge_cli.serve.tokenizer import model_dir_of_run
     from forge_cli.train.samples import SamplePolicy, build_batch
-    from forge_cli.train.samples_export import model_dir_of_run
 
     by_task: dict[str, list[Any]] = {}
     for rollout in read_run(run_dir):

@@ -67,9 +67,10 @@ def export(
     Examples: forge samples export runs/RUN samples.parquet | forge samples export runs/RUN ds --format hf
     """
     from forge_cli.rollout.reader import read_run
+    from forge_cli.serve.tokenizer import load_decoder, model_dir_of_run
     from forge_cli.train.algos import ADVANTAGES
     from forge_cli.train.samples import EPS, TREATMENTS, SamplePolicy, build_batch
-    from forge_cli.train.samples_export import FORMATS, load_decoder, model_dir_of_run, write_samples
+    from forge_cli.train.samples_export import FORMATS, write_samples
 
     _choice("--format", fmt, FORMATS)
     _choice("--timeout", timeout, TREATMENTS)
@@ -124,7 +125,7 @@ def export(
 
 def _export_sft(run_dir: Path, out: Path, fmt: str, tokenizer: Path | None, min_reward: float, as_json: bool) -> None:
     from forge_cli.serve.prepare import default_model_dir
-    from forge_cli.train.samples_export import model_dir_of_run
+    from forge_cli.serve.tokenizer import model_dir_of_run
     from forge_cli.train.sft import export_sft
 
     if fmt != "parquet":

@@ -6,6 +6,7 @@ keys are errors so that typos surface instead of being ignored.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, SerializeAsAny, field_validator, model_validator
@@ -110,6 +111,20 @@ class HarnessConfig(Strict):
     output: Literal["none", "json", "jsonl"] = "none"
     exit_codes: dict[int, Literal["ok", "agent_error", "timeout"]] = {0: "ok"}
     timeout_s: Annotated[int, Field(gt=0)] = 600
+    # regular expressions (Python ``re``) for the parts of its prompts that change on every run by design (session
+    # ids, timestamps, temporary paths): ``forge rollout --replay`` ignores text they match when it compares a
+    # replayed prompt with the recorded one, and reports how many tokens that excused (docs/replay.md)
+    replay_volatile: list[str] = []
+
+    @field_validator("replay_volatile")
+    @classmethod
+    def _volatile_compiles(cls, value: list[str]) -> list[str]:
+        for source in value:
+            try:
+                re.compile(source)
+            except re.error as exc:
+                raise ValueError(f"{source!r} is not a regular expression: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _mcp_needs_support(self) -> HarnessConfig:

@@ -53,6 +53,7 @@ class ForgeProxy:
         self.control: Control | None = None
         self.limits = Limits()
         self.upstream_auth: bytes | None = None  # 'Bearer <the upstream's key>' (forge_upstream_key_env)
+        self.rollout_header = False  # name each call's rollout to the upstream (forge_rollout_header)
         self.max_header_bytes = 65536
         self.deadlines = transport.ClientDeadlines()
         self.upstream_deadline = upstream.Deadline()
@@ -81,6 +82,8 @@ class ForgeProxy:
                           "off for an external API that rejects unknown fields).")
         loader.add_option("forge_upstream_key_env", str, "", "Environment variable holding the upstream's API key, "
                           "sent as 'Authorization: Bearer' (never recorded or logged; empty: none).")
+        loader.add_option("forge_rollout_header", bool, False, "Name each call's rollout to the upstream in an "
+                          "'x-forge-rollout' header (a replay upstream answers by rollout; off: not sent).")
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
@@ -106,6 +109,8 @@ class ForgeProxy:
                 raise exceptions.OptionsError("forge_sampling must be a JSON object")
             self.limits = Limits(max_output_tokens=opts.forge_max_output_tokens, model=opts.forge_model,
                                  sampling=sampling, capture=opts.forge_capture)
+        if "forge_rollout_header" in updated:
+            self.rollout_header = bool(opts.forge_rollout_header)
         if "forge_max_header_kb" in updated:
             if opts.forge_max_header_kb <= 0:
                 raise exceptions.OptionsError("forge_max_header_kb must be > 0")
@@ -225,6 +230,8 @@ class ForgeProxy:
         assert call.rollout is not None
         target = self.registry.pick(call.rollout)
         routing.point(flow, target, upstream_path, self.upstream_auth)
+        if self.rollout_header:
+            flow.request.headers["x-forge-rollout"] = call.rollout.rollout_id
         if not record:
             flow.metadata.pop("forge", None)
             return

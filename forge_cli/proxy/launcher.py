@@ -151,6 +151,7 @@ def start_proxy(
     admin_token: str | None = None,
     capture: bool = True,
     upstream_key_env: str | None = None,
+    rollout_header: bool = False,
 ) -> ProxyHandle:
     """Run mitmdump in reverse mode with forge's addon, bound to ``host`` (loopback), and wait until it serves.
 
@@ -158,7 +159,8 @@ def start_proxy(
     ``{"temperature": 0.3}``) replaces the harness's sampling parameters on every call. ``admin_token`` (e.g. from a
     deployment's secret) instead of a new random one. ``capture=False``: ask the upstream for no token ids (an
     external API). ``upstream_key_env``: the environment variable holding the upstream's API key; only its name
-    goes on the child's command line, the child reads the key from its environment.
+    goes on the child's command line, the child reads the key from its environment. ``rollout_header``: name each
+    call's rollout to the upstream in an ``x-forge-rollout`` header (a replay upstream needs it; off for others).
     """
     from forge_cli.config.schema import upstream_urls
 
@@ -206,6 +208,7 @@ def start_proxy(
         "forge_sampling": json.dumps(sampling or {}, separators=(",", ":")),
         "forge_capture": str(capture).lower(),
         "forge_upstream_key_env": upstream_key_env or "",
+        "forge_rollout_header": str(rollout_header).lower(),
     }
     cmd = [str(mitmdump.with_name("python")), "-m", "forge_cli.remote.mitmproxy.main",
            "--mode", f"reverse:{urls[0]}@{host}:{port}"]

@@ -27,7 +27,9 @@ KEEP_HEADERS = frozenset({"user-agent", "traceparent", "session-id", "x-session-
                           "anthropic-version", "anthropic-beta", "openai-beta", "x-stainless-lang",
                           "x-goog-api-client"})
 _KEEP_HEADERS_B = frozenset(h.encode() for h in KEEP_HEADERS)
-_REPLACED_HEADERS = frozenset(h.encode() for h in (*auth.CREDENTIAL_HEADERS, "host", "accept-encoding"))
+# replaced on the way upstream; a client's own x-forge-rollout never reaches it (the addon sets it when asked to)
+_REPLACED_HEADERS = frozenset(h.encode() for h in (*auth.CREDENTIAL_HEADERS, "host", "accept-encoding",
+                                                   "x-forge-rollout"))
 Rejection = tuple[int, str, str]  # status, error kind, message
 
 

@@ -5,7 +5,8 @@ service failing: ``infra_error``). Its recorded calls then have the last word (`
 stopped because the policy server refused or failed its call, the agent is not to blame. After the rollout's last
 ``ok`` call, a call refused as too long for the served context (vLLM's HTTP 400 "maximum context length" /
 "longer than the maximum model length") makes it ``over_length``; else a call the policy server did not answer
-(connection refused or reset, HTTP 5xx, the proxy's upstream timeout) makes it ``infra_error``.
+(connection refused or reset, HTTP 5xx, the proxy's upstream timeout) makes it ``infra_error``, and so does a
+replayed call that diverged from its recording (``forge rollout --replay``), wherever it came.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ STATUSES: tuple[Status, ...] = ("ok", "agent_error", "infra_error", "timeout", "
 # what vLLM (and OpenAI-style servers) answer, with HTTP 400, to a prompt that does not fit the served context
 CONTEXT_REFUSAL = re.compile(r"maximum context length|longer than the maximum model length|context_length_exceeded"
                              r"|prompt is too long", re.IGNORECASE)
+# what a replay upstream answers a call that no longer matches its recording (forge_cli/replay/server.py)
+REPLAY_DIVERGED = "forge replay diverged"
 # how RolloutResult.error starts when the policy server did not answer the rollout's last calls
 POLICY_SERVER_FAILED = "the policy server did not answer"
 
@@ -93,6 +96,9 @@ def ending_status(status: Status, calls: Iterable[Mapping[str, Any]]) -> tuple[S
     """
     if status not in ("ok", "agent_error", "timeout"):
         return status, None
+    diverged = next((c for c in calls if REPLAY_DIVERGED in str(c.get("error") or "")), None)
+    if diverged is not None:  # a replay whose harness no longer asked what the recording holds: never a sample
+        return "infra_error", str(diverged.get("error"))
     ordered = sorted(calls, key=lambda c: int(c.get("seq") or 0))
     last_ok = max((i for i, c in enumerate(ordered) if c.get("status") == "ok"), default=-1)
     tail = ordered[last_ok + 1:]

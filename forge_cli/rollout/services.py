@@ -67,10 +67,11 @@ def check_proxy_port(exp: Experiment) -> None:
 
 
 @contextlib.contextmanager
-def capture_proxy(exp: Experiment, upstream: str, store: Path,
-                  sampling: dict[str, Any] | None = None) -> Iterator[tuple[Any, ProxyEndpoint]]:
+def capture_proxy(exp: Experiment, upstream: str, store: Path, sampling: dict[str, Any] | None = None,
+                  rollout_header: bool = False) -> Iterator[tuple[Any, ProxyEndpoint]]:
     """The capture proxy recording into ``store`` and the endpoint sandboxes use to reach it; ``sampling``
-    replaces the harness's sampling parameters on every call."""
+    replaces the harness's sampling parameters on every call; ``rollout_header`` names each call's rollout to the
+    upstream (a replay upstream; only a local single proxy)."""
     from forge_cli.proxy.launcher import free_port, start_proxy
 
     if exp.proxy.url:
@@ -85,7 +86,8 @@ def capture_proxy(exp: Experiment, upstream: str, store: Path,
     handle = start_proxy(upstream, port=port or free_port(exp.proxy.host), store=store, host=exp.proxy.host,
                          max_body_mb=exp.proxy.max_body_mb, max_header_kb=exp.proxy.max_header_kb,
                          upstream_timeout_s=exp.proxy.upstream_timeout_s, max_output_tokens=exp.model.max_output_tokens,
-                         sampling=sampling, ready_timeout_s=PROXY_READY_S, **upstream_settings(exp))
+                         sampling=sampling, ready_timeout_s=PROXY_READY_S, rollout_header=rollout_header,
+                         **upstream_settings(exp))
     try:
         if not handle.alive():
             raise UserError(f"the capture proxy did not start; see {handle.log_file}")

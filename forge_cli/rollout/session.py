@@ -79,7 +79,8 @@ class RolloutSession:
     """Policy server, proxy, tool server, services and sandboxes for one run; batches run with :meth:`run`."""
 
     def __init__(self, exp: Experiment, data: dict[str, Any], taskset: TaskSet, say: Say, *,
-                 run_dir: Path | None = None, sampling: dict[str, Any] | None = None) -> None:
+                 run_dir: Path | None = None, sampling: dict[str, Any] | None = None,
+                 replay_upstream: str | None = None) -> None:
         self.exp = exp
         self.data = data
         self.taskset = taskset
@@ -102,6 +103,9 @@ class RolloutSession:
         # 0 for a new run, then one more per resume (part of every rollout id)
         self.incarnation = 0
         self.log: ResultLog | None = None
+        # a replay upstream (forge_cli/replay/server.py) in front of a policy server the caller started: the proxy
+        # sends it every call, naming the call's rollout
+        self.replay_upstream = replay_upstream
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RolloutSession:
@@ -144,10 +148,11 @@ class RolloutSession:
             stack.callback(self.log.close)
             # registered first, so it runs last: whatever a batch left behind is removed
             stack.callback(self._cleanup_sandboxes)
-            upstream = stack.enter_context(policy_server(exp, self.say))
+            upstream = self.replay_upstream or stack.enter_context(policy_server(exp, self.say))
             self.upstream = upstream
             proxy, endpoint = stack.enter_context(capture_proxy(exp, upstream, self.run_dir / "traces.sqlite",
-                                                                 self.sampling or None))
+                                                                 self.sampling or None,
+                                                                 rollout_header=self.replay_upstream is not None))
             tools = stack.enter_context(tool_server(exp, any(t.tools for t in self.taskset.tasks), self.say))
             services = None
             if exp.env.services:

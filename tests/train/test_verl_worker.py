@@ -18,22 +18,19 @@ that ends it: a rollout whose prompts stop extending one another has several seg
 
 from __future__ import annotations
 
-import http.server
 import json
 import sqlite3
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from forge_cli.config.compose import compose
 from forge_cli.paths import env_python
 from forge_cli.serve.server import PolicyServer
+from forge_cli.testing.tool_relay import ToolRelay
 from forge_cli.train.verl.launch import plan, write_inputs
-from tests.helpers import QuietHandler
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_SEQ_LEN = 128
@@ -187,61 +184,20 @@ def test_verl_worker_stores_the_proxys_tokens(tmp_path: Path, policy_server: Pol
         f"no rollout split at trainer.max_seq_len={MAX_SEQ_LEN}: {lengths}"
 
 
-class FirstCallUsesATool(QuietHandler):
-    """Between the proxy and vLLM: a request that offers tools and carries no tool result yet (a rollout's first
-    call) gets ``tool_choice: required``, so vLLM's structured output makes the 135M model call one of the harness's
-    tools; everything else passes unchanged, streamed answers included. (A plumbing stand-in for the SFT student,
-    which forge cannot ship: its checkpoint is not in the repository.)"""
-
-    upstream = ""
-    forced = 0
-
-    def do_GET(self) -> None:
-        self._forward(None)
-
-    def do_POST(self) -> None:
-        self._forward(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-
-    def _forward(self, body: bytes | None) -> None:
-        if body is not None and self.path.endswith("/chat/completions"):
-            request = json.loads(body)
-            if request.get("tools") and not any(m.get("role") == "tool" for m in request.get("messages", [])):
-                request["tool_choice"] = "required"
-                type(self).forced += 1
-                body = json.dumps(request).encode()
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
-        with httpx.stream(self.command, self.upstream + self.path, content=body, headers=headers,
-                          timeout=900) as answer:
-            self.send_response(answer.status_code)
-            self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for chunk in answer.iter_raw():
-                self.wfile.write(chunk)
-                self.wfile.flush()
-        self.close_connection = True
-
-
 @pytest.mark.e2e  # pi in docker beside the shared vLLM: ~40 s here (make test-e2e, keeping make test under 40 min)
 @pytest.mark.requires("verl", "model", "mitmproxy", "docker", "harness:pi")
 def test_verl_worker_with_pi_and_a_tool_call(tmp_path: Path, policy_server: PolicyServer) -> None:
     """The same through a real harness whose transcript holds a tool call: pi in docker, each rollout's first call
     answered with a tool call (vLLM's ``tool_choice: required``), which pi runs and sends back."""
-    handler: type[FirstCallUsesATool] = type("Relay", (FirstCallUsesATool,), {"upstream": policy_server.url,
-                                                                              "forced": 0})
-    relay = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
-    try:
+    with ToolRelay(policy_server.url, tool_turns=1) as relay:
         exp = compose(["trainer=verl", "+harness=pi", "runtime=docker", "trainer.n_gpus_per_node=1",
                        "trainer.tasks_per_step=1", "algo.group_size=2", "trainer.max_seq_len=4096",
                        "trainer.micro_batch_tokens=4096", "model.max_output_tokens=96",
                        f"run.output_dir={tmp_path}"]).experiment
-        got = _run_worker(exp, tmp_path, f"http://127.0.0.1:{relay.server_address[1]}")
-    finally:
-        relay.shutdown()
+        got = _run_worker(exp, tmp_path, relay.url)
     records = _records(tmp_path / "run" / "rollouts")
     _check_rows(got, records)
-    assert handler.forced >= 2
+    assert relay.forced >= 2
     for rid, calls in records.items():
         # the first answer is a tool call of one of pi's tools, and pi sent its result back in the next call
         first = calls[0]

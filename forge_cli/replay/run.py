@@ -1,0 +1,111 @@
+"""``forge rollout --replay RUN/ROLLOUT --until K``: a recorded rollout's task again, in a fresh sandbox with the same
+harness, its first K model calls answered from the recording while the harness runs its tool calls for real.
+
+The experiment is the recorded run's own (``config.yaml``; ``key=value`` overrides on top, e.g. another
+``model.path`` for the calls after K). The policy server starts as for any run; a ``ReplayUpstream`` sits in front
+of it and the capture proxy sends it every call, naming the call's rollout. The new run directory is an ordinary
+one (``results.jsonl``, ``traces.sqlite``, the rollout's logs) plus ``replay.json``: where the recording came from,
+which calls were answered from it, which were sampled live, the first divergence with the text around it, and
+the share of prompt tokens the harness's ``replay_volatile`` patterns excused. A divergent replay ends
+``infra_error`` (its samples are never built).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from forge_cli.config.schema import Experiment
+from forge_cli.envs.source import TaskSet, open_source
+from forge_cli.envs.task import Task
+from forge_cli.errors import UserError
+from forge_cli.replay.compare import patterns
+from forge_cli.replay.script import find_rollout, script
+
+Say = Callable[[str], None]
+
+
+def split_reference(reference: str) -> tuple[Path, str]:
+    """``RUN_DIR/ROLLOUT_ID`` -> (run directory, rollout id); UserError when it does not name one."""
+    path = Path(reference).expanduser()
+    run_dir, rollout_id = path.parent, path.name
+    if not rollout_id or not (run_dir / "results.jsonl").is_file():
+        raise UserError(f"--replay {reference}: give RUN_DIR/ROLLOUT_ID, a run directory holding results.jsonl and "
+                        "one of its rollout ids", fix="e.g. --replay runs/forge-20261207-101500-ab12/<rollout id> "
+                        "(the ids are in results.jsonl)", exit_code=2)
+    return run_dir.resolve(), rollout_id
+
+
+def replay_experiment(run_dir: Path, overrides: list[str]) -> tuple[Experiment, dict[str, Any]]:
+    """The recorded run's experiment with ``key=value`` overrides, on one local proxy (a replay upstream needs
+    it) and run by a one-rollout session."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from forge_cli.envs.resolve import validate_experiment
+
+    config = run_dir / "config.yaml"
+    data = yaml.safe_load(config.read_text()) if config.is_file() else None
+    if not isinstance(data, dict):
+        raise UserError(f"--replay: {run_dir} holds no experiment (config.yaml)", exit_code=2)
+    bad = [o for o in overrides if "=" not in o or o.startswith("+")]
+    if bad:
+        raise UserError(f"replay overrides are key=value on the recorded experiment: {', '.join(bad)}",
+                        fix="e.g. model.path=/path/to/checkpoint runtime.kind=docker", exit_code=2)
+    merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(data), OmegaConf.from_dotlist(overrides)))
+    assert isinstance(merged, dict)
+    merged.setdefault("proxy", {}).update({"url": None, "replicas": 1})
+    merged.setdefault("rollout", {})["concurrency"] = 1
+    data = {str(k): v for k, v in merged.items()}
+    return validate_experiment(data), data
+
+
+def find_task(exp: Experiment, task_id: str) -> TaskSet:
+    """The task ``task_id`` from the experiment's env, whichever split holds it."""
+    source = open_source(exp.env)
+    order = [*([exp.env.split] if exp.env.split else []), source.default_split("train"),
+             source.default_split("eval"), *source.splits(), None]
+    seen: set[str | None] = set()
+    for split in order:
+        if split in seen or (split is not None and split not in source.splits()):
+            continue
+        seen.add(split)
+        tasks: list[Task] = [t for t in source.load(split) if t.id == task_id]
+        if tasks:
+            return TaskSet(tasks=tasks[:1], split=split, note=f"task {task_id} (split '{split}')", source=source)
+    raise UserError(f"the env '{exp.env.name}' no longer has task {task_id!r}", exit_code=2)
+
+
+def replay(reference: str, until: int | None, overrides: list[str], say: Say) -> dict[str, Any]:
+    """Replay ``RUN_DIR/ROLLOUT_ID`` (see the module docstring); the summary, also in the new ``replay.json``."""
+    from forge_cli.replay.server import ReplayUpstream  # lazy: httpx and the HTTP server, only for a real replay
+    from forge_cli.rollout.services import policy_server
+    from forge_cli.rollout.session import RolloutSession
+    from forge_cli.serve.tokenizer import load_decoder, model_dir_of_run
+
+    run_dir, rollout_id = split_reference(reference)
+    original = find_rollout(run_dir, rollout_id)
+    calls = script(original, until)
+    exp, data = replay_experiment(run_dir, overrides)
+    taskset = find_task(exp, original.result.task_id)
+    model_dir = model_dir_of_run(run_dir)
+    decode = load_decoder(model_dir) if model_dir is not None and model_dir.is_dir() else None
+    volatile = patterns(exp.harness.replay_volatile)
+    say(f"replaying {rollout_id}: its first {len(calls)} of {len(original.calls)} calls from the recording, "
+        f"task {original.result.task_id}, harness {exp.harness.name}, runtime {exp.runtime.kind}")
+    with policy_server(exp, say) as policy, ReplayUpstream(policy, decode, volatile) as upstream:
+        session = RolloutSession(exp, data, taskset, say, replay_upstream=upstream.url)
+        with session:
+            job = session.job(taskset.tasks[0], original.result.sample, original.result.step)
+            upstream.expect(job.rollout_id, calls)
+            (result,) = session.run([job])
+            report = upstream.report(job.rollout_id)
+    summary = {"source": {"run_dir": str(run_dir), "rollout_id": rollout_id, "calls": len(original.calls),
+                          "status": original.result.status, "reward": original.result.reward},
+               "until": until if until is not None else len(original.calls), "run_dir": str(session.run_dir),
+               "rollout_id": result.rollout_id, "status": result.status, "reward": result.reward,
+               "calls": result.calls, "error": result.error, **report}
+    (session.run_dir / "replay.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

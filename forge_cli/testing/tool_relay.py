@@ -1,0 +1,84 @@
+"""A relay between the capture proxy and vLLM that makes the 135M model call tools: a request that offers tools and
+carries fewer than ``tool_turns`` tool results gets ``tool_choice: required``, so vLLM's structured output answers
+with a call of one of the harness's tools; with
+``first_reply``, a rollout's first call (no assistant turn yet) is answered with exactly that text (vLLM's
+``structured_outputs.choice``); everything else passes unchanged, streamed answers included. (A
+plumbing stand-in for a student that calls tools, which forge cannot ship: no such checkpoint is in the
+repository.) It is for tests and benchmarks of the plumbing (replay, merging, samples), never for an evaluation:
+the answers it forces are not the policy's choices.
+
+    with ToolRelay(policy_server.url, tool_turns=2) as relay:
+        ... proxy.upstream=relay.url ...
+        relay.forced  # calls it forced
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from typing import Any
+
+import httpx
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    relay: ToolRelay
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self._forward(None)
+
+    def do_POST(self) -> None:
+        self._forward(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+
+    def _forward(self, body: bytes | None) -> None:
+        if body is not None and self.path.endswith("/chat/completions"):
+            request = json.loads(body)
+            results = sum(m.get("role") == "tool" for m in request.get("messages", []))
+            first = not any(m.get("role") == "assistant" for m in request.get("messages", []))
+            if self.relay.first_reply is not None and first:
+                request["structured_outputs"] = {"choice": [self.relay.first_reply]}
+                with self.relay.lock:
+                    self.relay.forced += 1
+                body = json.dumps(request).encode()
+            if request.get("tools") and results < self.relay.tool_turns:
+                request["tool_choice"] = "required"
+                with self.relay.lock:
+                    self.relay.forced += 1
+                body = json.dumps(request).encode()
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
+        with httpx.stream(self.command, self.relay.upstream + self.path, content=body, headers=headers,
+                          timeout=900) as answer:
+            self.send_response(answer.status_code)
+            self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in answer.iter_raw():
+                self.wfile.write(chunk)
+                self.wfile.flush()
+        self.close_connection = True
+
+
+class ToolRelay:
+    """The relay on 127.0.0.1 in a thread (module docstring)."""
+
+    def __init__(self, upstream: str, tool_turns: int = 1, first_reply: str | None = None) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.first_reply = first_reply
+        self.tool_turns = tool_turns
+        self.forced = 0
+        self.lock = threading.Lock()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Relay", (_Handler,), {"relay": self}))
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> ToolRelay:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
