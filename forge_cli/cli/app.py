@@ -8,6 +8,7 @@ import typer
 
 from forge_cli import __version__
 from forge_cli.cli import (
+    branch_cmd,
     browser_cmd,
     config_cmd,
     distill_cmd,
@@ -45,6 +46,7 @@ app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(image_cmd.app, name="image")
 app.add_typer(k8s_cmd.app, name="k8s")
 app.command("rollout")(rollout_cmd.rollout)
+app.command("branch")(branch_cmd.branch)
 app.command("eval")(eval_cmd.eval_)
 app.command("train")(train_cmd.train)
 app.command("distill")(distill_cmd.distill)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from forge_cli.envs.source import TaskSet, open_source
 from forge_cli.envs.task import Task
 from forge_cli.errors import UserError
 from forge_cli.replay.compare import patterns
-from forge_cli.replay.script import find_rollout, script
+from forge_cli.replay.script import Recorded, find_rollout, script
+from forge_cli.rollout.reader import RunRollout
+from forge_cli.rollout.result import RolloutResult
 
 Say = Callable[[str], None]
 
@@ -38,7 +41,7 @@ def split_reference(reference: str) -> tuple[Path, str]:
     return run_dir.resolve(), rollout_id
 
 
-def replay_experiment(run_dir: Path, overrides: list[str]) -> tuple[Experiment, dict[str, Any]]:
+def replay_experiment(run_dir: Path, overrides: list[str], concurrency: int = 1) -> tuple[Experiment, dict[str, Any]]:
     """The recorded run's experiment with ``key=value`` overrides, on one local proxy (a replay upstream needs
     it) and run by a one-rollout session."""
     import yaml
@@ -57,7 +60,7 @@ def replay_experiment(run_dir: Path, overrides: list[str]) -> tuple[Experiment, 
     merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(data), OmegaConf.from_dotlist(overrides)))
     assert isinstance(merged, dict)
     merged.setdefault("proxy", {}).update({"url": None, "replicas": 1})
-    merged.setdefault("rollout", {})["concurrency"] = 1
+    merged.setdefault("rollout", {})["concurrency"] = concurrency
     data = {str(k): v for k, v in merged.items()}
     return validate_experiment(data), data
 
@@ -78,34 +81,61 @@ def find_task(exp: Experiment, task_id: str) -> TaskSet:
     raise UserError(f"the env '{exp.env.name}' no longer has task {task_id!r}", exit_code=2)
 
 
-def replay(reference: str, until: int | None, overrides: list[str], say: Say) -> dict[str, Any]:
-    """Replay ``RUN_DIR/ROLLOUT_ID`` (see the module docstring); the summary, also in the new ``replay.json``."""
+@dataclass
+class Replayed:
+    """Continuations run from one recording: the new run directory, each rollout's result and replay report."""
+
+    run_dir: Path
+    results: list[RolloutResult]
+    reports: list[dict[str, Any]]
+
+
+def run_continuations(run_dir: Path, original: RunRollout, calls: list[Recorded], overrides: list[str], say: Say,
+                      n: int = 1, group: str | None = None) -> Replayed:
+    """``n`` rollouts of ``original``'s task in one new run, each with ``calls`` answered from the recording and the
+    rest live (``prefix_calls`` set: the recorded answers carry no loss), in group ``group`` (None: the session's)."""
     from forge_cli.replay.server import ReplayUpstream  # lazy: httpx and the HTTP server, only for a real replay
+    from forge_cli.rollout.runner import RolloutJob
     from forge_cli.rollout.services import policy_server
     from forge_cli.rollout.session import RolloutSession
     from forge_cli.serve.tokenizer import load_decoder, model_dir_of_run
 
-    run_dir, rollout_id = split_reference(reference)
-    original = find_rollout(run_dir, rollout_id)
-    calls = script(original, until)
-    exp, data = replay_experiment(run_dir, overrides)
+    exp, data = replay_experiment(run_dir, overrides, concurrency=n)
     taskset = find_task(exp, original.result.task_id)
     model_dir = model_dir_of_run(run_dir)
     decode = load_decoder(model_dir) if model_dir is not None and model_dir.is_dir() else None
     volatile = patterns(exp.harness.replay_volatile)
-    say(f"replaying {rollout_id}: its first {len(calls)} of {len(original.calls)} calls from the recording, "
-        f"task {original.result.task_id}, harness {exp.harness.name}, runtime {exp.runtime.kind}")
     with policy_server(exp, say) as policy, ReplayUpstream(policy, decode, volatile) as upstream:
         session = RolloutSession(exp, data, taskset, say, replay_upstream=upstream.url)
         with session:
-            job = session.job(taskset.tasks[0], original.result.sample, original.result.step)
-            upstream.expect(job.rollout_id, calls)
-            (result,) = session.run([job])
-            report = upstream.report(job.rollout_id)
-    summary = {"source": {"run_dir": str(run_dir), "rollout_id": rollout_id, "calls": len(original.calls),
-                          "status": original.result.status, "reward": original.result.reward},
-               "until": until if until is not None else len(original.calls), "run_dir": str(session.run_dir),
+            base = [session.job(taskset.tasks[0], original.result.sample + i, original.result.step) for i in range(n)]
+            jobs = [RolloutJob(j.rollout_id, j.task, j.sample, group or j.group_id, j.step, prefix_calls=len(calls))
+                    for j in base]
+            for job in jobs:
+                upstream.expect(job.rollout_id, calls)
+            results = session.run(jobs)
+            reports = [upstream.report(job.rollout_id) for job in jobs]
+    return Replayed(session.run_dir, results, reports)
+
+
+def replay(reference: str, until: int | None, overrides: list[str], say: Say) -> dict[str, Any]:
+    """Replay ``RUN_DIR/ROLLOUT_ID`` (see the module docstring); the summary, also in the new ``replay.json``."""
+    run_dir, rollout_id = split_reference(reference)
+    original = find_rollout(run_dir, rollout_id)
+    calls = script(original, until)
+    say(f"replaying {rollout_id}: its first {len(calls)} of {len(original.calls)} calls from the recording, "
+        f"task {original.result.task_id}")
+    done = run_continuations(run_dir, original, calls, overrides, say)
+    (result,), (report,) = done.results, done.reports
+    summary = {"source": source_of(run_dir, original),
+               "until": until if until is not None else len(original.calls), "run_dir": str(done.run_dir),
                "rollout_id": result.rollout_id, "status": result.status, "reward": result.reward,
                "calls": result.calls, "error": result.error, **report}
-    (session.run_dir / "replay.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (done.run_dir / "replay.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def source_of(run_dir: Path, original: RunRollout) -> dict[str, Any]:
+    """What a replay or branch started from."""
+    return {"run_dir": str(run_dir), "rollout_id": original.result.rollout_id, "calls": len(original.calls),
+            "status": original.result.status, "reward": original.result.reward}

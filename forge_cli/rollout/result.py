@@ -64,6 +64,9 @@ class RolloutResult:
     logs: str = ""
     exit_code: int | None = None
     error: str | None = None
+    # its first calls were answered from a recording (forge rollout --replay, forge branch): the sample builder
+    # gives their tokens no loss (they were sampled, and trained or not, in the rollout they were recorded in)
+    prefix_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -66,6 +66,8 @@ class RolloutJob:
     # sampling parameters the proxy enforces on this rollout's calls over the run's (rollout.sampling), e.g. the
     # eval temperature of forge train's periodic evaluation (None: the run's)
     sampling: dict[str, Any] | None = None
+    # its first calls answered from a recording (a replay or a branch: forge_cli/replay): they carry no loss here
+    prefix_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ async def run_rollout(ctx: RunContext, job: RolloutJob) -> RolloutResult:
     log_dir.mkdir(parents=True, exist_ok=True)
     result = RolloutResult(rollout_id=job.rollout_id, task_id=task.id, group_id=job.group_id,
                            harness=ctx.exp.harness.name, status="infra_error", logs=str(log_dir), step=job.step,
-                           sample=job.sample, category=task.category)
+                           sample=job.sample, category=task.category, prefix_calls=job.prefix_calls)
     rollout = _Rollout(ctx, job, result, log_dir, time.monotonic())
     async with contextlib.AsyncExitStack() as stack:
         try:

@@ -26,6 +26,9 @@ Rules (the contract; ``tests/train/test_samples.py`` pins each one):
   ``over_length``: ``mask`` keeps them in their group (their reward counts for the advantages) with every loss
   mask 0; ``zero`` trains them with reward 0; ``drop`` removes them before advantages are computed. A rollout
   without a reward (not verified) counts as reward 0.
+* **Recorded prefixes.** A rollout whose first calls were answered from a recording (``RolloutResult.prefix_calls``:
+  ``forge rollout --replay``, ``forge branch``) keeps them as context: their answers carry no loss, and a piece
+  made of them alone is no sample (they were trained, or not, in the rollout they were recorded in).
 * **Reward and advantage.** All samples of a rollout share its reward and advantage; advantages are computed per
   group over the rollouts kept (``forge_cli/train/algos.py``: veRL's GRPO / RLOO outcome estimators).
 """
@@ -224,7 +227,7 @@ class _Segment:
     # per trainable call: the images of its upstream request (None: one is not inline data)
     images: list[list[str] | None] = field(default_factory=list)
 
-    def append(self, call: CallRecord) -> None:
+    def append(self, call: CallRecord, loss: bool = True) -> None:
         prompt, completion = call.prompt_token_ids or [], call.completion_token_ids or []
         context = prompt[len(self.tokens):]
         self.tokens += context
@@ -232,7 +235,7 @@ class _Segment:
         self.logprobs += [0.0] * len(context)
         begin = len(self.tokens)
         self.tokens += completion
-        self.mask += [1] * len(completion)
+        self.mask += [int(loss)] * len(completion)
         self.logprobs += [float(v) for v in call.completion_logprobs or []]
         self.calls.append((begin, len(self.tokens), call.weight_version))
         # what vLLM was sent: the translated request, or the client's own Chat Completions request (kept once)
@@ -287,12 +290,14 @@ def _pieces(seg: _Segment, max_seq_len: int | None, stats: RolloutStats) -> list
     return out
 
 
-def segment_calls(calls: Sequence[CallRecord], *, max_seq_len: int | None = None
+def segment_calls(calls: Sequence[CallRecord], *, max_seq_len: int | None = None, prefix_calls: int = 0
                   ) -> tuple[list[Sample], RolloutStats, list[tuple[int, str]]]:
     """A rollout's records (in ``seq`` order) -> its samples, stats and (seq, reason) per call.
 
     The samples carry the records' rollout id and nothing of the rollout's result yet (group, task, reward:
-    ``build_samples`` sets them). Rules: the module docstring.
+    ``build_samples`` sets them). Rules: the module docstring. The answers of calls with ``seq < prefix_calls``
+    (answered from a recording: a replay's or a branch's prefix) stay in the sequence as context with no loss, and a
+    piece made of them alone is no sample.
     """
     if max_seq_len is not None and max_seq_len < 2:
         raise ValueError(f"max_seq_len={max_seq_len}: a sample needs at least one prompt and one response token")
@@ -316,7 +321,7 @@ def segment_calls(calls: Sequence[CallRecord], *, max_seq_len: int | None = None
                 stats.merged += 1
             else:
                 segments.append(_Segment(tokens=list(prompt), start=len(prompt)))
-            segments[-1].append(call)
+            segments[-1].append(call, loss=call.seq >= prefix_calls)
             previous = call
         stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
         decisions.append((call.seq, reason))
@@ -327,8 +332,8 @@ def segment_calls(calls: Sequence[CallRecord], *, max_seq_len: int | None = None
     for seg in segments:
         for first, last, cut in _pieces(seg, max_seq_len, stats):
             begin, end = seg.calls[first][0], seg.calls[last][1]
-            if end == begin:
-                continue  # empty answers only: nothing to train on
+            if end == begin or not any(seg.mask[begin - seg.start:end - seg.start]):
+                continue  # empty answers only, or a recorded prefix only: nothing to train on
             lo, hi = begin - seg.start, end - seg.start
             versions = list(dict.fromkeys(v for _, _, v in seg.calls[first:last + 1] if v is not None))
             # the last call's request holds the whole conversation so far: its images are the piece's
@@ -353,7 +358,8 @@ def build_samples(rollout: RunRollout, *, max_seq_len: int | None, policy: Sampl
     """One finished rollout -> its samples, with the rollout-level rules applied (infra_error, timeout,
     over-length; see the module docstring). Group rules and advantages are ``build_batch``'s."""
     result = rollout.result
-    samples, stats, decisions = segment_calls(rollout.calls, max_seq_len=max_seq_len)
+    samples, stats, decisions = segment_calls(rollout.calls, max_seq_len=max_seq_len,
+                                              prefix_calls=result.prefix_calls)
     built = BuiltRollout(rollout_id=result.rollout_id, group_id=result.group_id or f"{result.step}:{result.task_id}",
                          task_id=result.task_id, harness=result.harness, status=str(result.status), step=result.step,
                          reward=float(result.reward or 0.0), samples=[], stats=stats, decisions=decisions,
