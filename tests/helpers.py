@@ -25,6 +25,16 @@ def forge(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -
     )
 
 
+def forge_json(sandboxes: Path, *args: str, timeout: float = 900) -> dict[str, Any]:
+    """``forge ARGS --json`` that must succeed (local sandboxes under ``sandboxes``): its JSON summary."""
+    import json
+
+    result = forge(*args, "--json", env={"FORGE_SANDBOX_DIR": str(sandboxes)}, timeout=timeout)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads(result.stdout[result.stdout.index("{"):]))
+
+
 # forge's example task file in the flat format (the old builtin tasks, and mail-reply with its mailbox tools)
 EXAMPLE_TASKS = str(Path(__file__).resolve().parent.parent / "forge_cli" / "envs" / "examples" / "tasks.yaml")
 

@@ -27,6 +27,7 @@ import httpx
 from forge_cli.replay.compare import Decode, compare
 from forge_cli.replay.script import Lane, Recorded, lane
 from forge_cli.rollout.result import REPLAY_DIVERGED as DIVERGED
+from forge_cli.serve.relay import JSONHandler
 
 HEADER = "x-forge-rollout"
 TIMEOUT_S = 900.0
@@ -167,72 +168,31 @@ def stream_events(full: dict[str, Any], include_usage: bool) -> list[bytes]:
     return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     replay: ReplayUpstream
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self) -> None:
-        self._forward(None)
+        self.pass_through(self.replay.client, self.replay.upstream, None)
 
     def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if not self.path.rstrip("/").endswith("/chat/completions"):
-            self._forward(raw)
-            return
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            self._forward(raw)
-            return
+        raw = self.read_body()
+        body: Any = None
+        if self.path.rstrip("/").endswith("/chat/completions"):
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = None
         try:
             answered = self.replay.answer(self.headers.get(HEADER), body) if isinstance(body, dict) else None
         except (httpx.HTTPError, KeyError, ValueError) as exc:
-            self._send(502, _error(f"forge replay: the policy server did not tokenize the prompt: {exc}"))
+            self.send_json(502, _error(f"forge replay: the policy server did not tokenize the prompt: {exc}"))
             return
         if answered is None:
-            self._forward(raw)
+            self.pass_through(self.replay.client, self.replay.upstream, raw)
             return
+        assert isinstance(body, dict)
         status, payload = answered
         if status != 200 or not body.get("stream"):
-            self._send(status, payload)
+            self.send_json(status, payload)
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        for event in stream_events(payload, include_usage):
-            self.wfile.write(event)
-        self.close_connection = True
-
-    def _forward(self, raw: bytes | None) -> None:
-        """The call as it came, to the policy server, its answer streamed back as it arrives."""
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() in ("content-type", "authorization", "accept") and k.lower() != HEADER}
-        sent = False
-        try:
-            with self.replay.client.stream(self.command, self.replay.upstream + self.path, content=raw,
-                                           headers=headers) as answer:
-                sent = True
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for chunk in answer.iter_raw():
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
-        except httpx.HTTPError as exc:
-            if not sent:  # else the answer is cut off: the proxy records the broken stream
-                self._send(502, _error(f"forge replay: the policy server did not answer: {exc}"))
-        self.close_connection = True
-
+        self.send_events(stream_events(payload, bool((body.get("stream_options") or {}).get("include_usage"))))

@@ -46,6 +46,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from forge_cli.serve.relay import JSONHandler
+
 # tool names that run a shell command, best first
 SHELL_NAMES = ("bash", "exec_command", "run_shell_command", "shell", "exec", "execute_command", "run_command",
                "terminal", "Bash")
@@ -198,50 +200,33 @@ def stream_chunks(full: dict[str, Any], include_usage: bool) -> list[dict[str, A
     return chunks
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     teacher: Teacher
-
-    def log_message(self, format: str, *args: Any) -> None:  # no access log: nothing of a key can leak there
-        return
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, {"object": "list", "data": [{"id": "teacher", "object": "model"}]})
+            self.send_json(200, {"object": "list", "data": [{"id": "teacher", "object": "model"}]})
         else:
-            self._send(404, _error(f"no route {self.path}", "not_found"))
+            self.send_json(404, _error(f"no route {self.path}", "not_found"))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except json.JSONDecodeError:
-            self._send(400, _error("the body is not JSON", "invalid_request_error"))
+            self.send_json(400, _error("the body is not JSON", "invalid_request_error"))
             return
         if not self.path.rstrip("/").endswith("/chat/completions"):
-            self._send(404, _error(f"no route {self.path}: the stand-in serves /v1/chat/completions", "not_found"))
+            self.send_json(404, _error(f"no route {self.path}: the stand-in serves /v1/chat/completions", "not_found"))
             return
         refused = self.teacher.admit(self.headers.get("Authorization"), body)
         status, payload = refused or self.teacher.answer(body)
         if status != 200 or not body.get("stream"):
-            self._send(status, payload)
+            self.send_json(status, payload)
             return
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.end_headers()
-        for chunk in stream_chunks(payload, include_usage):
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.close_connection = True
+        chunks = stream_chunks(payload, include_usage)
+        self.send_events([*(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks), b"data: [DONE]\n\n"])
 
 
 class TeacherServer:

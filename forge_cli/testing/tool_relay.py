@@ -21,45 +21,33 @@ from typing import Any
 
 import httpx
 
+from forge_cli.serve.relay import JSONHandler
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+
+class _Handler(JSONHandler):
     relay: ToolRelay
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
     def do_GET(self) -> None:
-        self._forward(None)
+        self.pass_through(self.relay.client, self.relay.upstream, None)
 
     def do_POST(self) -> None:
-        self._forward(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-
-    def _forward(self, body: bytes | None) -> None:
-        if body is not None and self.path.endswith("/chat/completions"):
+        body = self.read_body()
+        if self.path.endswith("/chat/completions"):
             request = json.loads(body)
             results = sum(m.get("role") == "tool" for m in request.get("messages", []))
             first = not any(m.get("role") == "assistant" for m in request.get("messages", []))
+            forced = False
             if self.relay.first_reply is not None and first:
                 request["structured_outputs"] = {"choice": [self.relay.first_reply]}
-                with self.relay.lock:
-                    self.relay.forced += 1
-                body = json.dumps(request).encode()
+                forced = True
             if request.get("tools") and results < self.relay.tool_turns:
                 request["tool_choice"] = "required"
+                forced = True
+            if forced:
                 with self.relay.lock:
                     self.relay.forced += 1
                 body = json.dumps(request).encode()
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
-        with httpx.stream(self.command, self.relay.upstream + self.path, content=body, headers=headers,
-                          timeout=900) as answer:
-            self.send_response(answer.status_code)
-            self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for chunk in answer.iter_raw():
-                self.wfile.write(chunk)
-                self.wfile.flush()
-        self.close_connection = True
+        self.pass_through(self.relay.client, self.relay.upstream, body)
 
 
 class ToolRelay:
@@ -71,6 +59,7 @@ class ToolRelay:
         self.tool_turns = tool_turns
         self.forced = 0
         self.lock = threading.Lock()
+        self.client = httpx.Client(timeout=900)
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Relay", (_Handler,), {"relay": self}))
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -82,3 +71,4 @@ class ToolRelay:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.client.close()

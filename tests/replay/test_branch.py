@@ -5,7 +5,6 @@ group whose advantages are computed within it. Where to branch is chosen from th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,10 @@ from forge_cli.errors import UserError
 from forge_cli.replay.branch import branch_point, failed_tool_result
 from forge_cli.rollout.reader import RunRollout, read_run
 from forge_cli.rollout.result import RolloutResult
-from forge_cli.testing.tool_relay import ToolRelay
 from forge_cli.traces.record import CallRecord
 from forge_cli.train.samples import SamplePolicy, build_batch, segment_calls
-from tests.helpers import forge
+from tests.helpers import forge_json
+from tests.replay.recorded import record_react
 
 
 def _call(seq: int, *results: str) -> CallRecord:
@@ -60,21 +59,13 @@ def test_a_recorded_prefix_carries_no_loss() -> None:
 
 
 def _forge(tmp_path: Path, *args: str) -> dict[str, Any]:
-    result = forge(*args, "--json", env={"FORGE_SANDBOX_DIR": str(tmp_path / "sbx")}, timeout=900)
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout[result.stdout.index("{"):])
+    return forge_json(tmp_path / "sbx", *args)
 
 
 @pytest.mark.mitm
 @pytest.mark.requires("model", "bubblewrap")
 def test_four_continuations_at_call_2_form_their_own_group(tmp_path: Path, policy_server: Any) -> None:
-    with ToolRelay(policy_server.url, tool_turns=0, first_reply="```bash\nls -a\n```") as relay:
-        recorded = _forge(tmp_path, "rollout", f"proxy.upstream={relay.url}", "proxy.port=0", "rollout.max_tasks=1",
-                          "rollout.samples_per_task=2", "model.max_output_tokens=48",
-                          f"run.output_dir={tmp_path / 'rec'}")
-    run_dir = Path(recorded["run_dir"])
-    results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    run_dir, results = record_react(tmp_path, policy_server.url)
     source = max(results, key=lambda r: r["calls"])
     assert source["calls"] >= 3, results
     summary = _forge(tmp_path, "branch", f"{run_dir}/{source['rollout_id']}", "--at", "2", "-n", "4",

@@ -18,7 +18,8 @@ from forge_cli.replay.script import lane
 from forge_cli.rollout.reader import read_run
 from forge_cli.testing.tool_relay import ToolRelay
 from forge_cli.train.samples import SamplePolicy, build_batch
-from tests.helpers import forge
+from tests.helpers import forge, forge_json
+from tests.replay.recorded import record_react
 
 
 def _decode(ids: list[int]) -> str:
@@ -54,10 +55,7 @@ def test_a_lane_is_the_set_of_tools_a_request_offers() -> None:
 # ---------------------------------------------------------------- for real: react in local sandboxes
 
 def _forge(tmp_path: Path, *args: str) -> dict[str, Any]:
-    result = forge(*args, "--json", env={"FORGE_SANDBOX_DIR": str(tmp_path / "sbx")}, timeout=900)
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout[result.stdout.index("{"):])
+    return forge_json(tmp_path / "sbx", *args)
 
 
 def _prompts(run_dir: Path, rollout_id: str) -> list[list[int]]:
@@ -77,14 +75,7 @@ def _request(run_dir: Path, rollout_id: str, seq: int) -> str:
 @pytest.mark.requires("model", "bubblewrap")
 def test_react_replays_to_its_last_call_and_a_perturbed_sandbox_diverges(tmp_path: Path, policy_server: Any) -> None:
     upstream = f"proxy.upstream={policy_server.url}"
-    # react's first call answered with a command (vLLM constrained to that text: tests/tool_relay.py), so its second
-    # call carries the command's result; the calls after it are sampled freely
-    with ToolRelay(policy_server.url, tool_turns=0, first_reply="```bash\nls -a\n```") as relay:
-        recorded = _forge(tmp_path, "rollout", f"proxy.upstream={relay.url}", "proxy.port=0", "rollout.max_tasks=1",
-                          "rollout.samples_per_task=2", "model.max_output_tokens=64",
-                          f"run.output_dir={tmp_path / 'rec'}")
-    run_dir = Path(recorded["run_dir"])
-    results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    run_dir, results = record_react(tmp_path, policy_server.url)
     ran = [r for r in results if r["calls"] >= 2 and "exit_code:" in _request(run_dir, r["rollout_id"], 1)]
     assert ran, [(r["calls"], r["status"]) for r in results]
     source = max(ran, key=lambda r: r["calls"])
