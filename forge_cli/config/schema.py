@@ -392,3 +392,14 @@ class Experiment(Strict):
     proxy: ProxySettings = ProxySettings()
     tools: ToolServerSettings = ToolServerSettings()
     eval: EvalSettings = EvalSettings()
+
+    @model_validator(mode="after")
+    def _branching_runs_locally(self) -> Experiment:
+        if self.algo.branch_at != "off":
+            if self.trainer.kind != "local":
+                raise ValueError(f"algo.branch_at={self.algo.branch_at} branches in the local trainer's step loop; "
+                                 f"trainer={self.trainer.kind} does not branch (set algo.branch_at=off)")
+            if self.proxy.url or self.proxy.replicas > 1:
+                raise ValueError("algo.branch_at needs forge's own single capture proxy (its replay upstream "
+                                 "answers the branches' prefixes): unset proxy.url and keep proxy.replicas=1")
+        return self

@@ -55,6 +55,13 @@ class AlgoConfig(Strict):
     over_length: Literal["mask", "zero", "drop"] = "mask"
     # drop the whole group of a rollout that ended infra_error (else only that rollout)
     drop_group_on_infra: bool = False
+    # branching inside training (docs/branching.md): after each step's rollouts, up to branch_rollouts of them that
+    # fell short of their group's best reward are forked branch_n times from the state after call branch_at chooses
+    # (first-failure: the first call whose prompt carries a failed tool result; random: any call from 1 on), each
+    # original with its continuations a group of its own whose shared prefix carries no loss; off: no branching
+    branch_at: Literal["off", "first-failure", "random"] = "off"
+    branch_n: Annotated[int, Field(ge=1)] = 4
+    branch_rollouts: Annotated[int, Field(ge=1)] = 2
 
     @field_validator("dynamic_sampling", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forge_cli.config.schema import Experiment
 from forge_cli.envs.source import TaskSet, open_source
@@ -26,6 +26,9 @@ from forge_cli.replay.compare import patterns
 from forge_cli.replay.script import Recorded, find_rollout, script
 from forge_cli.rollout.reader import RunRollout
 from forge_cli.rollout.result import RolloutResult
+
+if TYPE_CHECKING:
+    from forge_cli.replay.server import ReplayUpstream
 
 Say = Callable[[str], None]
 
@@ -94,28 +97,35 @@ def run_continuations(run_dir: Path, original: RunRollout, calls: list[Recorded]
                       n: int = 1, group: str | None = None) -> Replayed:
     """``n`` rollouts of ``original``'s task in one new run, each with ``calls`` answered from the recording and the
     rest live (``prefix_calls`` set: the recorded answers carry no loss), in group ``group`` (None: the session's)."""
-    from forge_cli.replay.server import ReplayUpstream  # lazy: httpx and the HTTP server, only for a real replay
     from forge_cli.rollout.runner import RolloutJob
-    from forge_cli.rollout.services import policy_server
     from forge_cli.rollout.session import RolloutSession
-    from forge_cli.serve.tokenizer import load_decoder, model_dir_of_run
+    from forge_cli.serve.tokenizer import model_dir_of_run
 
     exp, data = replay_experiment(run_dir, overrides, concurrency=n)
     taskset = find_task(exp, original.result.task_id)
-    model_dir = model_dir_of_run(run_dir)
+    relay = replay_relay(exp, model_dir_of_run(run_dir))
+    session = RolloutSession(exp, data, taskset, say, relay=relay)
+    with session:
+        upstream: ReplayUpstream = session.relay_server
+        base = [session.job(taskset.tasks[0], original.result.sample + i, original.result.step) for i in range(n)]
+        jobs = [RolloutJob(j.rollout_id, j.task, j.sample, group or j.group_id, j.step, prefix_calls=len(calls))
+                for j in base]
+        for job in jobs:
+            upstream.expect(job.rollout_id, calls)
+        results = session.run(jobs)
+        reports = [upstream.report(job.rollout_id) for job in jobs]
+    return Replayed(session.run_dir, results, reports)
+
+
+def replay_relay(exp: Experiment, model_dir: Path | None) -> Callable[[str], ReplayUpstream]:
+    """What a rollout session puts between its proxy and the policy server to answer recorded calls: a replay
+    upstream, decoding with ``model_dir``'s tokenizer (for the text around a divergence and volatile masks)."""
+    from forge_cli.replay.server import ReplayUpstream  # lazy: httpx and the HTTP server, only for a real replay
+    from forge_cli.serve.tokenizer import load_decoder
+
     decode = load_decoder(model_dir) if model_dir is not None and model_dir.is_dir() else None
     volatile = patterns(exp.harness.replay_volatile)
-    with policy_server(exp, say) as policy, ReplayUpstream(policy, decode, volatile) as upstream:
-        session = RolloutSession(exp, data, taskset, say, replay_upstream=upstream.url)
-        with session:
-            base = [session.job(taskset.tasks[0], original.result.sample + i, original.result.step) for i in range(n)]
-            jobs = [RolloutJob(j.rollout_id, j.task, j.sample, group or j.group_id, j.step, prefix_calls=len(calls))
-                    for j in base]
-            for job in jobs:
-                upstream.expect(job.rollout_id, calls)
-            results = session.run(jobs)
-            reports = [upstream.report(job.rollout_id) for job in jobs]
-    return Replayed(session.run_dir, results, reports)
+    return lambda url: ReplayUpstream(url, decode, volatile)
 
 
 def replay(reference: str, until: int | None, overrides: list[str], say: Say) -> dict[str, Any]:

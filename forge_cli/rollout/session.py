@@ -80,7 +80,7 @@ class RolloutSession:
 
     def __init__(self, exp: Experiment, data: dict[str, Any], taskset: TaskSet, say: Say, *,
                  run_dir: Path | None = None, sampling: dict[str, Any] | None = None,
-                 replay_upstream: str | None = None) -> None:
+                 relay: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None) -> None:
         self.exp = exp
         self.data = data
         self.taskset = taskset
@@ -103,9 +103,11 @@ class RolloutSession:
         # 0 for a new run, then one more per resume (part of every rollout id)
         self.incarnation = 0
         self.log: ResultLog | None = None
-        # a replay upstream (forge_cli/replay/server.py) in front of a policy server the caller started: the proxy
-        # sends it every call, naming the call's rollout
-        self.replay_upstream = replay_upstream
+        # a server to put between the proxy and the policy server, made from the policy server's URL (a replay
+        # upstream: forge_cli/replay/server.py); the proxy sends it every call, naming the call's rollout, and
+        # ``relay_server`` is it once the session started (its ``url``)
+        self.relay = relay
+        self.relay_server: Any = None
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RolloutSession:
@@ -148,11 +150,14 @@ class RolloutSession:
             stack.callback(self.log.close)
             # registered first, so it runs last: whatever a batch left behind is removed
             stack.callback(self._cleanup_sandboxes)
-            upstream = self.replay_upstream or stack.enter_context(policy_server(exp, self.say))
-            self.upstream = upstream
+            upstream = stack.enter_context(policy_server(exp, self.say))
+            self.upstream = upstream  # weight updates and health checks go to the policy server itself
+            if self.relay is not None:
+                self.relay_server = stack.enter_context(self.relay(upstream))
+                upstream = self.relay_server.url
             proxy, endpoint = stack.enter_context(capture_proxy(exp, upstream, self.run_dir / "traces.sqlite",
                                                                  self.sampling or None,
-                                                                 rollout_header=self.replay_upstream is not None))
+                                                                 rollout_header=self.relay is not None))
             tools = stack.enter_context(tool_server(exp, any(t.tools for t in self.taskset.tasks), self.say))
             services = None
             if exp.env.services:

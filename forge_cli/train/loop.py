@@ -149,7 +149,16 @@ class StepLoop:
                    **staleness(rollouts, step, exp.trainer.max_staleness),
                    "rollout_s": t1 - t0, "wait_s": t0 - waited}
         metrics["rollout_tokens_per_s"] = metrics["rollout_completion_tokens"] / max(t1 - t0, 1e-9)
-        return Update(step, [r for r in rollouts if r.result.group_id in kept], metrics, t0)
+        chosen = [r for r in rollouts if r.result.group_id in kept]
+        if exp.algo.branch_at != "off":
+            from forge_cli.train.branching import branch_step
+
+            branches, branch_metrics = branch_step(
+                session, rollouts, {t.id: t for t in self.taskset.tasks}, exp, step,
+                run=lambda batch: session.run(batch, on_result=progress))
+            chosen += branches
+            metrics.update(branch_metrics, branch_s=time.monotonic() - t1)
+        return Update(step, chosen, metrics, t0)
 
     # ------------------------------------------------------------------ the update (worker or inline)
     def update(self, u: Update) -> int:
@@ -203,7 +212,12 @@ def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Pat
     evalset = eval_taskset(exp, taskset)
     backend_cls = backend_class(exp.trainer.kind)
     model_dir = model_directory(exp)
-    session = RolloutSession(exp, data, _with_tasks(taskset, evalset), say, run_dir=resume)
+    relay = None
+    if exp.algo.branch_at != "off":  # the branches' prefixes are answered by a replay upstream (docs/branching.md)
+        from forge_cli.replay.run import replay_relay
+
+        relay = replay_relay(exp, model_dir)
+    session = RolloutSession(exp, data, _with_tasks(taskset, evalset), say, run_dir=resume, relay=relay)
     checkpoints = session.run_dir / "checkpoints"
     last = resume_point(checkpoints) if resume else None
     trainer = backend_cls(model_dir, exp.trainer, exp.algo, device=getattr(exp.model, "device", "cpu"),
