@@ -37,8 +37,8 @@ def test_every_shipped_option_validates() -> None:
     assert set(options) == set(GROUPS)
     assert set(options["harness"]) >= {"react", "openclaw", "zeroclaw", "codex", "claude-code", "pi", "opencode",
                                        "qwen-code", "gemini-cli", "mini-swe-agent"}
-    assert set(options["env"]) == {"builtin", "harbor", "claweval", "qwenclawbench", "osworld", "miniwob", "webvoyager",
-                                   "mind2web"}
+    assert set(options["env"]) == {"builtin", "recovery", "harbor", "claweval", "qwenclawbench", "osworld", "miniwob",
+                                   "webvoyager", "mind2web"}
     assert set(options["algo"]) == {"grpo", "dapo", "rloo"}
     assert set(options["runtime"]) == {"local", "docker", "kubernetes"}
     assert set(options["model"]) == {"smollm2-135m", "vllm", "openai-compatible"}

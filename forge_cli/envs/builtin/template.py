@@ -45,6 +45,8 @@ class Instance:
     setup: tuple[str, ...] = ()
     # answer text the instruction must not contain (a test checks it); the answer itself is in ``args``
     secrets: tuple[str, ...] = ()
+    # the first obvious command, which fails in the fresh workspace (the recovery suite's tasks; a test checks it)
+    trap: str = ""
 
 
 Make = Callable[[random.Random], Instance]
@@ -62,6 +64,8 @@ class Template:
     # an unseen template's one split (None: a seen template, instantiated in every split)
     held_out: HeldOut | None
     make: Make
+    # the suite it belongs to (``env.options.suite``): core, the default, or recovery
+    suite: str = "core"
 
     @property
     def key(self) -> str:
@@ -83,19 +87,20 @@ class Template:
             category=self.family, template=self.key, seen=seen, guided=self.guided,
             metadata={"family": self.family, "template": self.name, "seed": seed, "split": split,
                       "difficulty": self.difficulty, "held_out": self.held_out, "solution": inst.solution,
-                      "secrets": list(inst.secrets)})
+                      "secrets": list(inst.secrets), **({"trap": inst.trap} if inst.trap else {})})
 
 
 TEMPLATES: dict[str, Template] = {}
 
 
-def template(family: str, difficulty: Difficulty, *, guided: bool = False,
-             held_out: HeldOut | None = None) -> Callable[[Make], Make]:
-    """Register the decorated ``make(rng) -> Instance`` as template ``<family>-<function name with dashes>``."""
+def template(family: str, difficulty: Difficulty, *, guided: bool = False, held_out: HeldOut | None = None,
+             suite: str = "core") -> Callable[[Make], Make]:
+    """Register the decorated ``make(rng) -> Instance`` as template ``<family>-<function name with dashes>`` of
+    ``suite``."""
 
     def register(make: Make) -> Make:
         entry = Template(family=family, name=make.__name__.replace("_", "-"), difficulty=difficulty,
-                         guided=guided, held_out=held_out, make=make)
+                         guided=guided, held_out=held_out, make=make, suite=suite)
         if entry.key in TEMPLATES:
             raise ValueError(f"builtin template {entry.key} is defined twice")
         TEMPLATES[entry.key] = entry
