@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from forge_cli.replay.compare import Decode, compare
+from forge_cli.replay.compare import Comparison, Decode, compare
 from forge_cli.replay.script import Lane, Recorded, lane
 from forge_cli.rollout.result import REPLAY_DIVERGED as DIVERGED
 from forge_cli.serve.relay import JSONHandler
@@ -112,18 +112,21 @@ class ReplayUpstream:
         live_ids = self.tokenize(body)
         decode = self.decode
         token = (lambda t: decode([t])) if decode is not None else None
-        for index, candidate in enumerate(candidates):
-            if candidate.prompt_token_ids is None:
+        first: Comparison | None = None
+        for candidate in candidates:
+            found = compare(candidate.prompt_token_ids or [], live_ids, self.decode, self.volatile)
+            first = first or found
+            if not found.equal:
                 continue
-            found = compare(candidate.prompt_token_ids, live_ids, self.decode, self.volatile)
-            if found.equal:
-                with self.lock:
-                    state.pending[candidate.lane].remove(candidate)
-                    state.replayed.append({"call": n, "seq": candidate.seq, "tokens": found.tokens,
-                                           "masked": found.masked})
-                return 200, candidate.completion(live_ids, token)
-            if index == 0:
-                first = found
+            with self.lock:
+                waiting = state.pending.get(candidate.lane, [])
+                if candidate not in waiting:  # a call that raced this one was answered with it
+                    continue
+                waiting.remove(candidate)
+                state.replayed.append({"call": n, "seq": candidate.seq, "tokens": found.tokens,
+                                       "masked": found.masked})
+            return 200, candidate.completion(live_ids, token)
+        assert first is not None
         expected = candidates[0]
         message = (f"{DIVERGED} at call {n} (recorded call {expected.seq}): {first.describe()}")
         with self.lock:
