@@ -11,8 +11,9 @@ does), so rollouts have several calls; then every recorded rollout with at least
 call (``forge rollout --replay RUN/ROLLOUT``, the policy server behind the replay), in a fresh sandbox. The table
 gives n (rollouts with >= 3 calls), how many replayed faithfully, the share with its 95% Wilson interval, the share
 of compared prompt tokens that were masked, and where the unfaithful ones diverged. Resumable: a harness already in
-``--out`` is not run again (``--fresh`` runs it anyway). Needs the bundles (scripts/setup.sh harnesses) and docker;
-one vLLM at a 32,768-token context serves every harness (their first prompts run to ~17,000 tokens).
+``--out`` is not run again (``--fresh`` runs it again, ``--add`` adds another round of rollouts to its row). Needs
+the bundles (scripts/setup.sh harnesses) and docker; one vLLM at a 32,768-token context serves every harness (their
+first prompts run to ~17,000 tokens).
 """
 
 from __future__ import annotations
@@ -74,15 +75,28 @@ def measure(harness: str, policy: str, relay: str, rollouts: int, output_dir: Pa
         print(f"  {result['rollout_id']}: {result['calls']} calls, faithful {summary['faithful']}"
               + (f" ({summary['diverged']['message'][:200]})" if summary.get("diverged") else ""),
               file=sys.stderr, flush=True)
+    return aggregate({"harness": harness, "recorded": len(results), "calls": [r["calls"] for r in results],
+                      "replays": replays, "seconds": round(time.monotonic() - started, 1)})
+
+
+def aggregate(row: dict[str, Any]) -> dict[str, Any]:
+    """A harness's row with its figures computed from its replays."""
+    replays = row["replays"]
     faithful = sum(1 for r in replays if r["faithful"])
     lo, hi = wilson_interval(faithful, len(replays)) if replays else (0.0, 1.0)
     compared = sum(r.get("prompt_tokens_compared") or 0 for r in replays)
     masked = sum(r.get("prompt_tokens_masked") or 0 for r in replays)
-    return {"harness": harness, "recorded": len(results), "calls": [r["calls"] for r in results],
-            "n": len(replays), "faithful": faithful, "share": faithful / len(replays) if replays else None,
+    return {**row, "n": len(replays), "faithful": faithful, "share": faithful / len(replays) if replays else None,
             "interval": [round(lo, 3), round(hi, 3)], "masked_share": masked / compared if compared else 0.0,
-            "same_end": sum(1 for r in replays if r.get("faithful") and [r["status"], r["reward"]] == r["original"]),
-            "replays": replays, "seconds": round(time.monotonic() - started, 1)}
+            "same_end": sum(1 for r in replays if r.get("faithful") and [r["status"], r["reward"]] == r["original"])}
+
+
+def merged(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` added to ``old`` (--add): more recorded rollouts and replays of the same harness."""
+    if old is None or "error" in old or "error" in new:
+        return new
+    return aggregate({**old, "recorded": old["recorded"] + new["recorded"], "calls": old["calls"] + new["calls"],
+                      "replays": old["replays"] + new["replays"], "seconds": old["seconds"] + new["seconds"]})
 
 
 def render(rows: list[dict[str, Any]]) -> str:
@@ -107,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", default="docker")
     parser.add_argument("--output-dir", type=Path, default=Path("/tmp/forge-replay-fidelity"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "replay-fidelity.json")
+    parser.add_argument("--add", action="store_true", help="record and replay the --harnesses again and add the "
+                        "rollouts to their rows (more n)")
     parser.add_argument("--fresh", action="store_true", help="run the --harnesses already in --out again (the "
                         "others' rows are kept)")
     args = parser.parse_args(argv)
@@ -116,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
     done: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     rows = {r["harness"]: r for r in done.get("rows", [])}
-    todo = [h for h in args.harnesses.split(",") if h and (args.fresh or h not in rows)]
+    todo = [h for h in args.harnesses.split(",") if h and (args.fresh or args.add or h not in rows)]
     if todo:
         model = compose([f"model.max_model_len={CONTEXT}", "model.dtype=float32"]).experiment.model
         print(f"starting the policy server at a {CONTEXT}-token context ...", file=sys.stderr, flush=True)
@@ -124,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with ToolRelay(server.url, tool_turns=args.tool_turns) as relay:
                 for harness in todo:
-                    rows[harness] = measure(harness, server.url, relay.url, args.rollouts, args.output_dir,
-                                            args.runtime)
+                    row = measure(harness, server.url, relay.url, args.rollouts, args.output_dir, args.runtime)
+                    rows[harness] = merged(rows.get(harness), row) if args.add else row
                     args.out.parent.mkdir(parents=True, exist_ok=True)
                     ordered = [rows[h] for h in HARNESSES if h in rows] + [r for h, r in rows.items()
                                                                            if h not in HARNESSES]
