@@ -43,6 +43,16 @@ def test_their_stored_experiment_validates_with_the_new_names() -> None:
 def test_resume_plans_a_run_written_before(tmp_path: Path) -> None:
     run = tmp_path / "after"
     shutil.copytree(RUNS / "after", run)
+    # the SFT checkpoint it evaluated lived on the machine that ran it (model.path, left as written): a checkpoint
+    # directory in its place here, so that the dry run plans (what it checks of it: that the directory is there)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    config = run / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    assert str(data["model"]["path"]).startswith("/root/learning-sft-pi/")
+    data["model"]["path"] = str(checkpoint)
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
     done = forge("eval", "--resume", str(run), "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "56 tasks x 3 trials" in done.stdout + done.stderr
