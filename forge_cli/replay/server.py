@@ -14,7 +14,6 @@ server: from there on the policy samples live.
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ import httpx
 from forge_cli.replay.compare import Comparison, Decode, compare
 from forge_cli.replay.script import Lane, Recorded, lane
 from forge_cli.rollout.result import REPLAY_DIVERGED as DIVERGED
-from forge_cli.serve.relay import JSONHandler
+from forge_cli.serve.relay import JSONHandler, LocalServer
 
 HEADER = "x-forge-rollout"
 TIMEOUT_S = 900.0
@@ -56,7 +55,7 @@ class RolloutReplay:
                 "masked_share": round(masked / tokens, 6) if tokens else 0.0}
 
 
-class ReplayUpstream:
+class ReplayUpstream(LocalServer):
     """The server on 127.0.0.1 in a thread: ``with ReplayUpstream(policy_url, decode) as replay: replay.url``."""
 
     def __init__(self, upstream: str, decode: Decode | None, volatile: Sequence[Pattern[str]] = (),
@@ -67,19 +66,9 @@ class ReplayUpstream:
         self.rollouts: dict[str, RolloutReplay] = {}
         self.lock = threading.Lock()
         self.client = httpx.Client(timeout=TIMEOUT_S)
-        handler = type("Handler", (_Handler,), {"replay": self})
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name="forge-replay")
+        super().__init__(type("Handler", (_Handler,), {"replay": self}), port, "forge-replay")
 
-    def __enter__(self) -> ReplayUpstream:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def close(self) -> None:
         self.client.close()
 
     def expect(self, rollout_id: str, script: list[Recorded]) -> None:

@@ -1,13 +1,14 @@
 """What forge's small OpenAI-compatible servers share (the replay upstream, the teacher stand-in, the tool relay):
 a quiet stdlib request handler that answers JSON, streams Server-Sent Events, and passes a request through to a
-policy server with its answer streamed back as it arrives."""
+policy server with its answer streamed back as it arrives; and the server itself, on loopback in a thread."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -63,3 +64,26 @@ class JSONHandler(http.server.BaseHTTPRequestHandler):
                 self.send_json(502, {"error": {"message": f"the upstream did not answer: {exc}",
                                                "type": "bad_gateway", "param": None, "code": 502}})
         self.close_connection = True
+
+
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1 (``port`` 0: a free one) serving ``handler`` from a daemon thread while
+    in its ``with`` block; ``url`` is its base URL. Subclasses release their own resources in ``close``."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler], port: int = 0, name: str = "") -> None:
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True, name=name or None)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.close()
+
+    def close(self) -> None:
+        """What the subclass holds beside the server (an HTTP client): released after it stops."""

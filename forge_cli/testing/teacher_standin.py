@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.server
 import json
 import os
 import re
@@ -46,7 +45,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from forge_cli.serve.relay import JSONHandler
+from forge_cli.serve.relay import JSONHandler, LocalServer
 
 # tool names that run a shell command, best first
 SHELL_NAMES = ("bash", "exec_command", "run_shell_command", "shell", "exec", "execute_command", "run_command",
@@ -229,23 +228,12 @@ class _Handler(JSONHandler):
         self.send_events([*(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks), b"data: [DONE]\n\n"])
 
 
-class TeacherServer:
+class TeacherServer(LocalServer):
     """The stand-in on 127.0.0.1 in a thread: ``with TeacherServer(teacher) as server: server.base_url``."""
 
     def __init__(self, teacher: Teacher, port: int = 0) -> None:
-        handler = type("Handler", (_Handler,), {"teacher": teacher})
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> TeacherServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(type("Handler", (_Handler,), {"teacher": teacher}), port)
+        self.base_url = f"{self.url}/v1"
 
 
 def builtin_teacher(overrides: tuple[str, ...] | list[str] = (), key: str | None = None, busy: int = 0) -> Teacher:

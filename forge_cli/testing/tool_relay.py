@@ -14,14 +14,12 @@ the answers it forces are not the policy's choices.
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
-from typing import Any
 
 import httpx
 
-from forge_cli.serve.relay import JSONHandler
+from forge_cli.serve.relay import JSONHandler, LocalServer
 
 
 class _Handler(JSONHandler):
@@ -50,7 +48,7 @@ class _Handler(JSONHandler):
         self.pass_through(self.relay.client, self.relay.upstream, body)
 
 
-class ToolRelay:
+class ToolRelay(LocalServer):
     """The relay on 127.0.0.1 in a thread (module docstring)."""
 
     def __init__(self, upstream: str, tool_turns: int = 1, first_reply: str | None = None) -> None:
@@ -60,15 +58,7 @@ class ToolRelay:
         self.forced = 0
         self.lock = threading.Lock()
         self.client = httpx.Client(timeout=900)
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Relay", (_Handler,), {"relay": self}))
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__(type("Relay", (_Handler,), {"relay": self}))
 
-    def __enter__(self) -> ToolRelay:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def close(self) -> None:
         self.client.close()
