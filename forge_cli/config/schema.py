@@ -402,4 +402,7 @@ class Experiment(Strict):
             if self.proxy.url or self.proxy.replicas > 1:
                 raise ValueError("algo.branch_at needs forge's own single capture proxy (its replay upstream "
                                  "answers the branches' prefixes): unset proxy.url and keep proxy.replicas=1")
+        if self.trainer.max_sampled_tokens is not None and self.trainer.kind != "local":
+            raise ValueError(f"trainer.max_sampled_tokens is counted by the local trainer's step loop; "
+                             f"trainer={self.trainer.kind} runs trainer.steps steps (unset max_sampled_tokens)")
         return self

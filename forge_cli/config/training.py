@@ -109,6 +109,9 @@ class TrainerConfig(Strict):
     kind: str
     description: str
     steps: Annotated[int, Field(ge=1)] = 10
+    # stop after the step in which the policy server has sampled this many completion tokens in all (its own vLLM
+    # counters, branch continuations included; trainer.steps stays the upper bound); null: no budget
+    max_sampled_tokens: Annotated[int, Field(gt=0)] | None = None
     tasks_per_step: Annotated[int, Field(ge=1)] = 4
     learning_rate: Annotated[float, Field(ge=0)] = 1e-6
     weight_decay: Annotated[float, Field(ge=0)] = 0.0

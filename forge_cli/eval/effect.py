@@ -79,13 +79,24 @@ def _pass1(row: dict[str, Any]) -> float | None:
     return None if value is None else float(value)
 
 
-def paired_rows(before: Path, after: Path, control: Path | None, repeat: int) -> list[PairedTask]:
-    """The tasks every given ``forge eval`` run (directory or eval.json) has pass@1 for, paired."""
+def _mean_score(row: dict[str, Any]) -> float | None:
+    value = row.get("mean_score")
+    return None if value is None else float(value)
+
+
+# what a paired row compares: pass@1 (a task passed), or the verifier's mean score over the trials (partial credit)
+MEASURES = {"pass@1": _pass1, "mean_score": _mean_score}
+
+
+def paired_rows(before: Path, after: Path, control: Path | None, repeat: int,
+                measure: str = "pass@1") -> list[PairedTask]:
+    """The tasks every given ``forge eval`` run (directory or eval.json) has ``measure`` for, paired."""
+    value_of = MEASURES[measure]
     runs = [load_eval(path)[1] for path in (before, after, *([control] if control is not None else []))]
     by_id = [{str(row["task_id"]): row for row in data["tasks"]} for data in runs]
     out = []
     for task_id in sorted(set.intersection(*(set(rows) for rows in by_id))):
-        values = [_pass1(rows[task_id]) for rows in by_id]
+        values = [value_of(rows[task_id]) for rows in by_id]
         if any(v is None for v in values):
             continue
         row = by_id[0][task_id]

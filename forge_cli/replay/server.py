@@ -113,7 +113,8 @@ class ReplayUpstream(LocalServer):
                     continue
                 waiting.remove(candidate)
                 state.replayed.append({"call": n, "seq": candidate.seq, "tokens": found.tokens,
-                                       "masked": found.masked})
+                                       "masked": found.masked,
+                                       "completion_tokens": len(candidate.completion_token_ids)})
             return 200, candidate.completion(live_ids, token)
         assert first is not None
         expected = candidates[0]

@@ -75,11 +75,15 @@ def branch_step(session: RolloutSession, rollouts: list[RunRollout], tasks: dict
     run(jobs)
     ids = {j.rollout_id for j in jobs}
     continuations = [r for r in read_run(session.run_dir, step=step) if r.result.rollout_id in ids]
-    faithful = [upstream.report(j.rollout_id)["diverged"] is None for j in jobs]
+    reports = [upstream.report(j.rollout_id) for j in jobs]
+    faithful = [report["diverged"] is None for report in reports]
+    # the answers the replay served from the recording: tokens a from-scratch rollout would have sampled again
+    replayed = sum(call["completion_tokens"] for report in reports for call in report["replayed"])
     rewards = [float(r.result.reward or 0.0) for r in continuations]
     return continuations + copies, {
         "branch_groups": float(len(picks)), "branch_rollouts": float(len(jobs)),
         "branch_prefix_calls_mean": sum(k for _, k in picks) / len(picks),
         "branch_prefix_faithful": sum(faithful) / len(faithful),
+        "branch_prefix_tokens_replayed": float(replayed),
         "branch_reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
         "branch_original_reward_mean": sum(float(o.result.reward or 0.0) for o, _ in picks) / len(picks)}

@@ -37,6 +37,8 @@ from forge_cli.errors import UserError
 from forge_cli.rollout.reader import RunRollout, read_run
 from forge_cli.rollout.result import RolloutResult
 from forge_cli.rollout.session import RolloutSession
+from forge_cli.serve.counters import delta as counter_delta
+from forge_cli.serve.counters import read_counters
 from forge_cli.train.backend import TrainerBackend, backend_class
 from forge_cli.train.evaluation import eval_due, eval_taskset, run_evaluation
 from forge_cli.train.local import iter_checkpoints
@@ -99,9 +101,12 @@ class StepLoop:
     through an :class:`UpdatePipeline`, evaluation and step completion."""
 
     def __init__(self, exp: Experiment, session: RolloutSession, trainer: TrainerBackend, taskset: TaskSet,
-                 evalset: TaskSet | None, log: MetricsLog, say: Say, served: int) -> None:
+                 evalset: TaskSet | None, log: MetricsLog, say: Say, served: int, spent: float = 0.0) -> None:
         self.exp, self.session, self.trainer, self.taskset, self.evalset = exp, session, trainer, taskset, evalset
         self.log, self.say = log, say
+        # completion tokens the policy server sampled in this run's steps so far (trainer.max_sampled_tokens)
+        self.spent = spent
+        self.stopped_by_budget = False
         self.checkpoints = session.run_dir / "checkpoints"
         self.pending: dict[int, dict[str, Any]] = {}
         self.last_eval: dict[str, Any] = {}
@@ -109,17 +114,31 @@ class StepLoop:
 
     # ------------------------------------------------------------------ main thread
     def run(self, start: int) -> None:
-        exp, bound = self.exp, self.exp.trainer.max_staleness
+        exp, bound, budget = self.exp, self.exp.trainer.max_staleness, self.exp.trainer.max_sampled_tokens
         try:
             for step in range(start, exp.trainer.steps):
+                if budget is not None and self.spent >= budget:
+                    self.stopped_by_budget = True
+                    self.say(f"the budget of {budget} sampled tokens was spent before step {step + 1} "
+                             f"({self.spent:.0f}): stopping")
+                    break
                 waited = time.monotonic()
                 self.pipeline.wait_served(step - bound)
                 update = self.rollouts(step, waited)
+                self.spent += update.metrics.get("sampled_tokens", 0.0)
+                update.metrics["sampled_tokens_total"] = self.spent
+                last = budget is not None and self.spent >= budget
+                if last:  # this step is the run's last: no rollouts of a next step start meanwhile
+                    self.stopped_by_budget = True
+                    self.say(f"step {step + 1} reached the budget of {budget} sampled tokens ({self.spent:.0f}): "
+                             "it is the last step")
                 self.pipeline.submit(update)
-                if eval_due(step + 1, exp.trainer.eval_every, exp.trainer.steps):
+                if eval_due(step + 1, exp.trainer.eval_every, exp.trainer.steps) or (last and exp.trainer.eval_every):
                     # the evaluation sees exactly this step's weights: no later update runs meanwhile
                     self.pipeline.drain()
                     self.complete(step + 1, self.pending.pop(step + 1), evaluate=True)
+                if last:
+                    break
             self.pipeline.drain()
             self.pipeline.close()
         except BaseException:
@@ -133,6 +152,7 @@ class StepLoop:
 
         exp, session = self.exp, self.session
         t0 = time.monotonic()
+        counted = read_counters(session.upstream)
         tasks = task_order(self.taskset.tasks, exp.run.seed, step, exp.trainer.tasks_per_step)
         progress = _progress(self.say, step, exp.trainer.steps)
         jobs, results, selection = sample_step(
@@ -158,6 +178,8 @@ class StepLoop:
                 run=lambda batch: session.run(batch, on_result=progress))
             chosen += branches
             metrics.update(branch_metrics, branch_s=time.monotonic() - t1)
+        # what the policy server did for this step's rollouts (and branches), by its own counters
+        metrics.update(counter_delta(counted, read_counters(session.upstream)))
         return Update(step, chosen, metrics, t0)
 
     # ------------------------------------------------------------------ the update (worker or inline)
@@ -236,7 +258,13 @@ def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Pat
                    if (p / METRICS_FILE).is_file()}
         metrics_log = MetricsLog(session.run_dir, start - int(pending) if resume else None, restore,
                                  loggers=exp.trainer.loggers, run_name=session.run_id, config=data)
-        loop = StepLoop(exp, session, trainer, taskset, evalset, metrics_log, say, served=start)
+        loop = StepLoop(exp, session, trainer, taskset, evalset, metrics_log, say, served=start,
+                        spent=_spent(session.run_dir, last, start) if last is not None else 0.0)
+        if exp.trainer.max_sampled_tokens is not None and not read_counters(session.upstream):
+            raise UserError(f"trainer.max_sampled_tokens counts the policy server's own sampled tokens, and the "
+                            f"server at {session.upstream} exposes no vLLM counters (/metrics)",
+                            fix="leave trainer.max_sampled_tokens unset (train trainer.steps steps), or serve the "
+                                "policy with forge's vLLM", exit_code=2)
         try:
             if last is not None and pending:
                 loop.resume_pending(last)
@@ -249,9 +277,25 @@ def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Pat
                "metrics": str(session.run_dir / "metrics.jsonl"),
                "tensorboard": str(session.run_dir / "tensorboard"),
                "checkpoints": [str(p) for p in iter_checkpoints(checkpoints)],
-               "duration_s": round(time.monotonic() - started, 1), **loop.last_eval}
+               "duration_s": round(time.monotonic() - started, 1), "sampled_tokens": loop.spent,
+               "max_sampled_tokens": exp.trainer.max_sampled_tokens, "stopped_by_budget": loop.stopped_by_budget,
+               **loop.last_eval}
     (session.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _spent(run_dir: Path, last: Path, start: int) -> float:
+    """The sampled tokens of the steps a resumed run already did (1..start): metrics.jsonl's lines, the last one of
+    a step written twice winning, and the pending checkpoint's metrics for a step whose line is not written yet."""
+    per_step: dict[int, float] = {}
+    log = run_dir / "metrics.jsonl"
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        row = json.loads(line)
+        if isinstance(row.get("step"), int) and row["step"] <= start:
+            per_step[row["step"]] = float(row.get("sampled_tokens") or 0.0)
+    if (last / PENDING_FILE).is_file():
+        per_step[start] = float(json.loads((last / PENDING_FILE).read_text()).get("sampled_tokens") or 0.0)
+    return sum(per_step.values())
 
 
 def _with_tasks(taskset: TaskSet, evalset: TaskSet | None) -> TaskSet:

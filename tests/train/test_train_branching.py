@@ -1,7 +1,9 @@
 """``forge train algo.branch_at=random``: one real step (react in local sandboxes, vLLM, the proxy and its replay
 upstream, the local trainer) in which one rollout is forked twice from a random call; the continuations answer the
 original's prefix from the recording (faithfully: a real replay), form a group of their own with the original, and
-the update trains on the step's groups and the branch group. The shared policy server's weights are put back."""
+the update trains on the step's groups and the branch group. A budget of sampled tokens (vLLM's counter, which
+equals the completion tokens of every live call) ends the run after that step. The shared policy server's weights
+are put back."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def test_a_training_step_branches_a_rollout_and_trains_on_the_branch_group(tmp_p
 
     try:
         summary = forge_json(tmp_path / "sbx", "train", "env.task_ids=[create-edit-touch-guided-0]",
-                             "algo.group_size=2", "trainer.tasks_per_step=1", "trainer.steps=1",
+                             "algo.group_size=2", "trainer.tasks_per_step=1", "trainer.steps=3",
+                             "trainer.max_sampled_tokens=1",
                              "algo.branch_at=random", "algo.branch_n=2", "algo.branch_rollouts=1",
                              "trainer.precision=float32", "model.max_output_tokens=48", "proxy.port=0",
                              f"proxy.upstream={policy_server.url}", f"run.output_dir={tmp_path / 'runs'}")
@@ -36,6 +39,8 @@ def test_a_training_step_branches_a_rollout_and_trains_on_the_branch_group(tmp_p
     (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics["branch_groups"] == 1 and metrics["branch_rollouts"] == 2, metrics
     assert metrics["branch_prefix_faithful"] == 1.0, metrics
+    # a budget of 1 sampled token: the first step spends it, and is the last of trainer.steps=3
+    assert summary["stopped_by_budget"] and summary["sampled_tokens"] == metrics["sampled_tokens"] > 0, summary
     results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     branched = [r for r in results if r["group_id"].startswith("branch-")]
     assert len(branched) == 2 and len({r["group_id"] for r in branched}) == 1
@@ -52,3 +57,8 @@ def test_a_training_step_branches_a_rollout_and_trains_on_the_branch_group(tmp_p
         trained = sum(s.loss_tokens for s in built.samples)
         assert trained == sum(len(c.completion_token_ids or []) for c in calls[k:] if c.status == "ok")
     assert (run_dir / "checkpoints" / "step-1").is_dir() and metrics["weight_version"] == "step-1"
+    # vLLM's own counter equals the completion tokens of every call it sampled: the step's rollouts and the
+    # continuations' live calls; the replayed prefixes are what the continuations did not sample again
+    live = sum(len(c.completion_token_ids or []) for r in rollouts.values() for c in r.calls[r.result.prefix_calls:])
+    assert metrics["sampled_tokens"] == live, (metrics["sampled_tokens"], live)
+    assert metrics["branch_prefix_tokens_replayed"] == 2 * sum(len(c.completion_token_ids or []) for c in original[:k])
