@@ -93,6 +93,9 @@ def train_local(exp: Experiment, data: dict[str, Any], *, fitted: Experiment, co
                  f"{t.kind} (lr {t.learning_rate}, micro-batches of {t.micro_batch_tokens} tokens, max_seq_len "
                  f"{t.max_seq_len}{', LoRA rank ' + str(t.lora.rank) if t.lora else ''}{_precision(exp)}); after "
                  f"each step the new weights are reloaded by the policy server"
+                 + (f"; the run ends after the step in which the policy server has sampled {t.max_sampled_tokens} "
+                    f"completion tokens in all (its vLLM counters), {t.steps} steps at most"
+                    if t.max_sampled_tokens else "")
                  + (f" (the next step's rollouts may run up to {t.max_staleness} update(s) behind)"
                     if t.max_staleness else "")
                  + (f"; every {t.eval_every} steps and after the last, split '{t.eval_split or 'default eval'}' "
