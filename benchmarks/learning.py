@@ -367,18 +367,19 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, extra
 
 
-def check_options(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    """The options this output directory's runs were made with (written on first use; others: exit 2)."""
+def check_options(args: argparse.Namespace, extra: list[str], name: str = "learning") -> dict[str, Any]:
+    """The options this output directory's runs were made with (``NAME-options.json``, written on first use; others:
+    exit 2). ``name``: the benchmark's (learning, recovery)."""
     # --repeats may grow between starts (run one repeat, then continue with --repeats 2)
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("json", "repeats")}
     options["overrides"] = extra
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    saved = args.output_dir / "learning-options.json"
+    saved = args.output_dir / f"{name}-options.json"
     if saved.is_file():
         before = json.loads(saved.read_text())
         if before != options:
             changed = sorted(k for k in set(before) | set(options) if before.get(k) != options.get(k))
-            print(f"error: {args.output_dir} holds a learning benchmark run with other options ({', '.join(changed)})"
+            print(f"error: {args.output_dir} holds a {name} benchmark run with other options ({', '.join(changed)})"
                   f"\n  fix: use another --output-dir, or the same options to continue that run", file=sys.stderr)
             raise SystemExit(2)
     else:

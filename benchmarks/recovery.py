@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from learning import SEED_STRIDE, Runner, Stage, effects, machine, pct, pts, table  # noqa: E402
+from learning import SEED_STRIDE, Runner, Stage, check_options, effects, machine, pct, pts, table  # noqa: E402
 
 from forge_cli.eval.effect import MEASURES, PairedTask, paired_effect, paired_rows  # noqa: E402
 
@@ -171,21 +171,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, extra
 
 
-def check_options(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("json", "repeats")}
-    options["overrides"] = extra
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    saved = args.output_dir / "recovery-options.json"
-    if saved.is_file() and json.loads(saved.read_text()) != options:
-        before = json.loads(saved.read_text())
-        changed = sorted(k for k in set(before) | set(options) if before.get(k) != options.get(k))
-        print(f"error: {args.output_dir} holds a recovery benchmark run with other options ({', '.join(changed)})\n"
-              "  fix: use another --output-dir, or the same options to continue that run", file=sys.stderr)
-        raise SystemExit(2)
-    saved.write_text(json.dumps(options, indent=2) + "\n")
-    return options
-
-
 def measured(stages_of: list[dict[str, Stage]], measure: str) -> dict[str, Any]:
     """Per repeat and pooled: each arm before -> after (with the control), and branch against plain."""
     pooled: dict[str, list[PairedTask]] = {arm: [] for arm in ARMS}
@@ -221,7 +206,7 @@ def report(title: str, figures: dict[str, Any], args: argparse.Namespace) -> Non
 
 def main() -> int:
     args, extra = parse(sys.argv[1:])
-    options = check_options(args, extra)
+    options = check_options(args, extra, "recovery")
     runner = Runner(args.output_dir, extra, prefix="recovery")
     stages_of = [run_repeat(runner, args, r) for r in range(args.repeats)]
     figures = {measure: measured(stages_of, measure) for measure in MEASURES}

@@ -69,8 +69,10 @@ def test_figures_pair_the_same_tasks_and_compare_the_arms_directly(tmp_path: Pat
 def test_another_option_set_in_the_same_output_directory_is_refused(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     args, extra = recovery.parse(["--output-dir", str(tmp_path), "--budget", "100"])
-    recovery.check_options(args, extra)
-    recovery.check_options(*recovery.parse(["--output-dir", str(tmp_path), "--budget", "100", "--repeats", "3"]))
+    recovery.check_options(args, extra, "recovery")
+    recovery.check_options(*recovery.parse(["--output-dir", str(tmp_path), "--budget", "100", "--repeats", "3"]),
+                           "recovery")
     with pytest.raises(SystemExit) as exit_info:
-        recovery.check_options(*recovery.parse(["--output-dir", str(tmp_path), "--budget", "200"]))
+        recovery.check_options(*recovery.parse(["--output-dir", str(tmp_path), "--budget", "200"]), "recovery")
     assert exit_info.value.code == 2 and "budget" in capsys.readouterr().err
+    assert (tmp_path / "recovery-options.json").is_file()
