@@ -107,6 +107,8 @@ class StepLoop:
         # completion tokens the policy server sampled in this run's steps so far (trainer.max_sampled_tokens)
         self.spent = spent
         self.stopped_by_budget = False
+        # the run's last step (1-based): trainer.steps, or the step that spends the budget (evaluated after it)
+        self.last_step = exp.trainer.steps
         self.checkpoints = session.run_dir / "checkpoints"
         self.pending: dict[int, dict[str, Any]] = {}
         self.last_eval: dict[str, Any] = {}
@@ -129,11 +131,11 @@ class StepLoop:
                 update.metrics["sampled_tokens_total"] = self.spent
                 last = budget is not None and self.spent >= budget
                 if last:  # this step is the run's last: no rollouts of a next step start meanwhile
-                    self.stopped_by_budget = True
+                    self.stopped_by_budget, self.last_step = True, step + 1
                     self.say(f"step {step + 1} reached the budget of {budget} sampled tokens ({self.spent:.0f}): "
                              "it is the last step")
                 self.pipeline.submit(update)
-                if eval_due(step + 1, exp.trainer.eval_every, exp.trainer.steps) or (last and exp.trainer.eval_every):
+                if eval_due(step + 1, exp.trainer.eval_every, self.last_step):
                     # the evaluation sees exactly this step's weights: no later update runs meanwhile
                     self.pipeline.drain()
                     self.complete(step + 1, self.pending.pop(step + 1), evaluate=True)
@@ -199,7 +201,7 @@ class StepLoop:
         metrics["weight_version"] = _serve(self.session, ckpt, self.say, f"step-{k}")
         t3 = time.monotonic()
         metrics.update({"sync_s": t3 - t2, "step_s": t3 - u.started})
-        if eval_due(k, self.exp.trainer.eval_every, self.exp.trainer.steps):
+        if eval_due(k, self.exp.trainer.eval_every, self.last_step):
             self.pending[k] = metrics
         else:
             self.complete(k, metrics, evaluate=False)
@@ -225,7 +227,10 @@ class StepLoop:
         metrics["weight_version"] = _serve(self.session, ckpt, self.say, f"step-{k}")
         metrics["sync_s"] = time.monotonic() - t0
         self.say(f"completing step {k} from its checkpoint")
-        self.complete(k, metrics, evaluate=eval_due(k, self.exp.trainer.eval_every, self.exp.trainer.steps))
+        budget = self.exp.trainer.max_sampled_tokens
+        if budget is not None and self.spent >= budget:  # the step that spent the budget: the run's last
+            self.last_step = k
+        self.complete(k, metrics, evaluate=eval_due(k, self.exp.trainer.eval_every, self.last_step))
 
 
 def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Path | None = None) -> dict[str, Any]:

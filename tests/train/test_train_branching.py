@@ -2,8 +2,8 @@
 upstream, the local trainer) in which one rollout is forked twice from a random call; the continuations answer the
 original's prefix from the recording (faithfully: a real replay), form a group of their own with the original, and
 the update trains on the step's groups and the branch group. A budget of sampled tokens (vLLM's counter, which
-equals the completion tokens of every live call) ends the run after that step. The shared policy server's weights
-are put back."""
+equals the completion tokens of every live call) ends the run after that step, which is evaluated as a last step
+is. The shared policy server's weights are put back."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def test_a_training_step_branches_a_rollout_and_trains_on_the_branch_group(tmp_p
     try:
         summary = forge_json(tmp_path / "sbx", "train", "env.task_ids=[create-edit-touch-guided-0]",
                              "algo.group_size=2", "trainer.tasks_per_step=1", "trainer.steps=3",
-                             "trainer.max_sampled_tokens=1",
+                             "trainer.max_sampled_tokens=1", "trainer.eval_every=5", "trainer.eval_max_tasks=1",
+                             "eval.trials=1",
                              "algo.branch_at=random", "algo.branch_n=2", "algo.branch_rollouts=1",
                              "trainer.precision=float32", "model.max_output_tokens=48", "proxy.port=0",
                              f"proxy.upstream={policy_server.url}", f"run.output_dir={tmp_path / 'runs'}")
@@ -39,8 +40,10 @@ def test_a_training_step_branches_a_rollout_and_trains_on_the_branch_group(tmp_p
     (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics["branch_groups"] == 1 and metrics["branch_rollouts"] == 2, metrics
     assert metrics["branch_prefix_faithful"] == 1.0, metrics
-    # a budget of 1 sampled token: the first step spends it, and is the last of trainer.steps=3
+    # a budget of 1 sampled token: the first step spends it, and is the last of trainer.steps=3: evaluated as the
+    # last step is (eval_every=5 would not reach it)
     assert summary["stopped_by_budget"] and summary["sampled_tokens"] == metrics["sampled_tokens"] > 0, summary
+    assert "eval_pass_rate" in metrics and metrics["eval_trials"] == 1, metrics
     results = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
     branched = [r for r in results if r["group_id"].startswith("branch-")]
     assert len(branched) == 2 and len({r["group_id"] for r in branched}) == 1
