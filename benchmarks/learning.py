@@ -248,13 +248,10 @@ def training_minutes(stage: Stage) -> float:
     """The RL run's training time in minutes: the sum of its steps' own times (``step_s`` in metrics.jsonl: rollouts,
     update and weight sync, each step once), so that a run resumed across sessions counts every step and not only
     the last invocation's wall time (what ``stage.wall_s`` holds then); that wall time when no step recorded one."""
-    metrics = stage.run_dir / "metrics.jsonl" if stage.run_dir is not None else None
-    steps: dict[int, float] = {}
-    if metrics is not None and metrics.is_file():
-        for line in metrics.read_text().splitlines():
-            row = json.loads(line)
-            if isinstance(row.get("step"), int) and isinstance(row.get("step_s"), int | float):
-                steps[row["step"]] = float(row["step_s"])  # a step written again after a resume: its last time
+    from forge_cli.train.metrics_log import step_rows
+
+    rows = step_rows(stage.run_dir) if stage.run_dir is not None else {}  # a step written again: its last line
+    steps = {step: float(row["step_s"]) for step, row in rows.items() if isinstance(row.get("step_s"), int | float)}
     return sum(steps.values()) / 60 if steps else stage.wall_s / 60
 
 

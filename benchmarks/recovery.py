@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from learning import SEED_STRIDE, Runner, Stage, check_options, effects, machine, pct, pts, table  # noqa: E402
 
 from forge_cli.eval.effect import MEASURES, PairedTask, paired_effect, paired_rows  # noqa: E402
+from forge_cli.train.metrics_log import step_rows  # noqa: E402
 
 VERDICT_GROUP = "unseen"
 ARMS = ("plain", "branch")
@@ -81,13 +82,7 @@ def arm_options(args: argparse.Namespace, arm: str) -> list[str]:
 
 def spent(stage: Stage) -> dict[str, Any]:
     """An arm's budget from its run's metrics.jsonl (each step once, its last line winning)."""
-    rows: dict[int, dict[str, Any]] = {}
-    metrics = stage.run_dir / "metrics.jsonl" if stage.run_dir is not None else None
-    if metrics is not None and metrics.is_file():
-        for line in metrics.read_text().splitlines():
-            row = json.loads(line)
-            if isinstance(row.get("step"), int):
-                rows[row["step"]] = row
+    rows = step_rows(stage.run_dir) if stage.run_dir is not None else {}
 
     def total(key: str) -> float:
         return sum(float(row.get(key) or 0.0) for row in rows.values())

@@ -42,7 +42,7 @@ from forge_cli.serve.counters import read_counters
 from forge_cli.train.backend import TrainerBackend, backend_class
 from forge_cli.train.evaluation import eval_due, eval_taskset, run_evaluation
 from forge_cli.train.local import iter_checkpoints
-from forge_cli.train.metrics_log import METRICS_FILE, MetricsLog, rollout_metrics, step_line
+from forge_cli.train.metrics_log import METRICS_FILE, MetricsLog, rollout_metrics, step_line, step_rows
 from forge_cli.train.pipeline import UpdatePipeline, staleness
 
 Say = Callable[[str], None]
@@ -292,12 +292,8 @@ def run_training(exp: Experiment, data: dict[str, Any], say: Say, *, resume: Pat
 def _spent(run_dir: Path, last: Path, start: int) -> float:
     """The sampled tokens of the steps a resumed run already did (1..start): metrics.jsonl's lines, the last one of
     a step written twice winning, and the pending checkpoint's metrics for a step whose line is not written yet."""
-    per_step: dict[int, float] = {}
-    log = run_dir / "metrics.jsonl"
-    for line in log.read_text().splitlines() if log.is_file() else []:
-        row = json.loads(line)
-        if isinstance(row.get("step"), int) and row["step"] <= start:
-            per_step[row["step"]] = float(row.get("sampled_tokens") or 0.0)
+    per_step = {step: float(row.get("sampled_tokens") or 0.0) for step, row in step_rows(run_dir).items()
+                if step <= start}
     if (last / PENDING_FILE).is_file():
         per_step[start] = float(json.loads((last / PENDING_FILE).read_text()).get("sampled_tokens") or 0.0)
     return sum(per_step.values())

@@ -34,6 +34,19 @@ def _line_step(line: str) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def step_rows(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The metrics of each step of a run's ``metrics.jsonl`` (step -> its line; a step written twice: the later
+    line; torn or foreign lines skipped; {} when there is no log). For readers of a run: the budget a resumed run
+    already spent, a benchmark's per-arm totals."""
+    log = run_dir / "metrics.jsonl"
+    rows: dict[int, dict[str, Any]] = {}
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        step = _line_step(line)
+        if step is not None:
+            rows[step] = json.loads(line)
+    return rows
+
+
 def kept_lines(lines: Iterable[str], done: int, restore: Mapping[int, str]) -> list[str]:
     """The log of a run resumed after step ``done``: lines of steps 1..done in order, each once (the first one
     read), a missing one taken from ``restore`` (step -> the line its checkpoint kept) when it has it."""

@@ -35,6 +35,15 @@ def test_a_pending_checkpoint_counts_its_step(tmp_path: Path) -> None:
     assert _spent(tmp_path, checkpoint, 2) == 170
 
 
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoints" / "step-2"
+    checkpoint.mkdir(parents=True)
+    _lines(tmp_path, {"step": 1, "sampled_tokens": 100})
+    with (tmp_path / "metrics.jsonl").open("a") as log:
+        log.write('{"step": 2, "sampled_tok')  # killed while writing
+    assert _spent(tmp_path, checkpoint, 2) == 100
+
+
 def test_runs_before_the_counters_count_nothing(tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoints" / "step-1"
     checkpoint.mkdir(parents=True)
