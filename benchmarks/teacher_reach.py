@@ -11,8 +11,8 @@ any val or test task), through the capture proxy, sandboxes (OVERRIDES, e.g. ``r
 in training. The figure per harness: the share of rollouts that reach reward 1, with a 95% bootstrap interval that
 resamples templates, calls per rollout, the statuses of those that did not, and the wall time. A harness whose
 bundle is not installed is reported as such (``scripts/setup.sh harnesses``), not as a score. Where ``forge distill``
-fails after its rollouts ended (the SFT export renders Chat Completions records only: Codex's Responses and Claude
-Code's Messages calls are refused), the rollouts' rewards are still reported, with that failure beside them.
+fails after its rollouts ended (a record its SFT export cannot render: a failed call, an answer its wire format
+cannot turn back into Chat Completions), the rollouts' rewards are still reported, with that failure beside them.
 
 Resumable: each harness's distill run is ``OUTPUT_DIR/reach-<harness>-<time>``; a finished one (``distill.json``)
 is reused when the benchmark is started again with the same output directory.

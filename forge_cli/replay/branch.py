@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.errors import UserError
+from forge_cli.proxy.wire.exchange import chat_request
 from forge_cli.replay.run import Say, run_continuations, source_of, split_reference
-from forge_cli.replay.script import chat_request, find_rollout, script
+from forge_cli.replay.script import find_rollout, script
 from forge_cli.rollout.reader import RunRollout
 from forge_cli.traces.record import CallRecord
 from forge_cli.traces.store import call_rows, get_blob, insert_blobs, insert_calls, open_store, row_blob_refs

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from forge_cli.errors import UserError
-from forge_cli.proxy.wire import FORMATS
+from forge_cli.proxy.wire.exchange import NoExchange, chat_answer, chat_request
 from forge_cli.rollout.reader import RunRollout, read_run
 from forge_cli.traces.record import CallRecord
 
@@ -56,12 +56,6 @@ class Recorded:
         return answer
 
 
-def chat_request(record: CallRecord) -> dict[str, Any]:
-    """The Chat Completions request the proxy forwarded for ``record``."""
-    body = record.upstream_request if record.upstream_request is not None else record.request
-    return body if isinstance(body, dict) else {}
-
-
 def recorded(record: CallRecord) -> Recorded:
     """``record`` as a replay serves it; UserError when it cannot be (failed, no token ids, a format without an
     inverse translation)."""
@@ -70,19 +64,13 @@ def recorded(record: CallRecord) -> Recorded:
         raise UserError(f"{where} did not succeed ({record.status}: {record.error}); a replay can only answer "
                         "calls that were answered", fix="replay up to the call before it: --until "
                         f"{record.seq}", exit_code=2)
-    fmt = FORMATS.get(record.wire_format)
-    inverse = getattr(fmt, "upstream_answer", None) if fmt is not None else None
-    if inverse is None:
-        raise UserError(f"{where} came in wire format {record.wire_format!r}, which cannot be replayed (its "
-                        "WireFormat has no upstream_answer)", exit_code=2)
     if record.completion_token_ids is None:
         raise UserError(f"{where} has no token ids (its upstream returned none, e.g. an external API); a replay "
                         "checks prompts token for token", exit_code=2)
     try:
-        answer = inverse(record.response)
-    except ValueError as exc:
-        raise UserError(f"{where}: its recorded answer cannot be turned back into the upstream's: {exc}",
-                        exit_code=2) from None
+        answer = chat_answer(record)
+    except NoExchange as exc:
+        raise UserError(f"{where} cannot be replayed: {exc}", exit_code=2) from None
     if record.finish_reason:  # the upstream's own, where a format's answer folds several into one
         answer["choices"][0]["finish_reason"] = record.finish_reason
     return Recorded(seq=record.seq, lane=lane(chat_request(record)), wire_format=record.wire_format,

@@ -12,22 +12,24 @@ Consecutive calls of a rollout whose rendered prompt extends the sequence so far
 before) merge into one sequence with several loss spans; any other call starts a new sequence. The loss mask is 1
 on exactly the assistant tokens, 0 on everything the harness and the environment wrote.
 
-Only Chat Completions records are rendered today (pi, mini-swe-agent, OpenClaw, ...); a record of another wire
-format is refused with a message saying so (``SftError``)."""
+Every wire format is rendered the same way: the proxy forwards a Responses (Codex), Anthropic Messages (Claude Code)
+or Gemini call upstream as Chat Completions, and the record's answer is turned back into the Chat Completions answer
+it was translated from (``forge_cli.proxy.wire.exchange``). A record that cannot be read so (a failed call, an
+answer its format cannot invert) is refused with a message saying why (``SftError``)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from forge_cli.errors import UserError
+from forge_cli.proxy.wire.exchange import NoExchange, chat_answer, chat_request
 from forge_cli.rollout.reader import read_run
 from forge_cli.traces.record import CallRecord
 from forge_cli.train.sample import Sample
+from forge_cli.train.vllm_render import as_vllm_renders
 
 
 class SftError(UserError):
@@ -83,41 +85,20 @@ class SftSequence:
                 "loss_tokens": self.loss_tokens}
 
 
-def _parsed_arguments(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each assistant tool call's JSON-string ``arguments`` parsed into an object (what vLLM hands
-    the chat template; a string that is not JSON is left as it is)."""
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        if not calls:
-            out.append(message)
-            continue
-        parsed = []
-        for call in calls:
-            function = dict(call.get("function") or {})
-            if isinstance(function.get("arguments"), str):
-                with contextlib.suppress(json.JSONDecodeError):
-                    function["arguments"] = json.loads(function["arguments"])
-            parsed.append({**call, "function": function})
-        out.append({**message, "tool_calls": parsed})
-    return out
-
-
 def _chat_request(call: CallRecord) -> dict[str, Any]:
-    if call.wire_format != "chat":
-        raise SftError(f"call {call.seq} of rollout {call.rollout_id} is a {call.wire_format} call: SFT samples are "
-                       f"rendered from Chat Completions records only so far",
-                       fix="collect teacher trajectories with a harness that speaks Chat Completions (pi, "
-                           "mini-swe-agent, OpenClaw)")
-    body = call.upstream_request or call.request
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        raise SftError(f"call {call.seq} of rollout {call.rollout_id}: its request has no messages")
+    body = chat_request(call)
+    if not isinstance(body.get("messages"), list):
+        raise SftError(f"call {call.seq} of rollout {call.rollout_id}: its forwarded request has no messages")
     return body
 
 
 def _answer(call: CallRecord) -> dict[str, Any]:
-    response = call.response
-    choices = response.get("choices") if isinstance(response, dict) else None
+    try:
+        response = chat_answer(call)
+    except NoExchange as exc:
+        raise SftError(f"call {call.seq} of rollout {call.rollout_id} ({call.wire_format}) cannot become an SFT "
+                       f"sample: {exc}") from None
+    choices = response.get("choices")
     message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
     if not isinstance(message, dict):
         raise SftError(f"call {call.seq} of rollout {call.rollout_id}: its response holds no assistant message")
@@ -131,10 +112,13 @@ def render_call(tokenizer: ChatTokenizer, call: CallRecord) -> tuple[list[int], 
     """(prompt ids, answer ids) of one call in the student's tokens: the prompt as the student's vLLM renders the
     forwarded request, the answer as the assistant turn up to and including its end-of-turn token."""
     body = _chat_request(call)
-    messages, tools = _parsed_arguments(body["messages"]), body.get("tools") or None
+    where = f"call {call.seq} of rollout {call.rollout_id}"
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    messages, tools = as_vllm_renders(body["messages"], template, where), body.get("tools") or None
+    reply = as_vllm_renders([_answer(call)], template, where)
     prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-    full = tokenizer.apply_chat_template([*messages, *_parsed_arguments([_answer(call)])], tools=tools,
-                                         add_generation_prompt=False, tokenize=False)
+    full = tokenizer.apply_chat_template([*messages, *reply], tools=tools, add_generation_prompt=False,
+                                         tokenize=False)
     if not isinstance(prompt, str) or not isinstance(full, str) or not full.startswith(prompt):
         raise SftError(f"call {call.seq} of rollout {call.rollout_id}: the student's chat template does not render "
                        f"the answer as a continuation of the prompt")

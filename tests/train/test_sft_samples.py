@@ -91,14 +91,15 @@ def test_rendered_prompt_ids_equal_vllms_and_the_loss_covers_exactly_the_answers
             assert spans == expected
 
 
-def test_a_call_of_another_wire_format_is_refused_with_the_reason(teacher_run: Path) -> None:
+def test_an_answer_its_wire_format_cannot_turn_back_is_refused_with_the_reason(teacher_run: Path) -> None:
     from forge_cli.serve.prepare import default_model_dir
 
     call = next(iter(read_run(teacher_run))).calls[0]
-    other = dataclasses.replace(call, wire_format="responses")
+    other = dataclasses.replace(call, wire_format="responses")  # a Chat answer is no Responses answer
     with pytest.raises(SftError) as raised:
         render_call(load_student_tokenizer(default_model_dir()), other)
-    assert "responses call" in raised.value.message and raised.value.exit_code == 2
+    assert "(responses) cannot become an SFT sample" in raised.value.message and raised.value.exit_code == 2
+    assert "not a finished Responses response" in raised.value.message
 
 
 def test_samples_export_sft_writes_the_kept_rollouts_sequences(teacher_run: Path, tmp_path: Path) -> None:
