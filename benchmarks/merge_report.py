@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from forge_cli.eval.metrics import bootstrap_mean_ci  # noqa: E402
+from forge_cli.proxy.wire.exchange import chat_request  # noqa: E402
 from forge_cli.traces.record import CallRecord  # noqa: E402
 from forge_cli.traces.store import iter_calls, open_store  # noqa: E402
 from forge_cli.train.samples import MergeStats, segment_calls  # noqa: E402
@@ -52,12 +55,61 @@ DEFAULT_HARNESSES = ("react", "openclaw", "codex", "claude-code", "pi", "opencod
 
 @dataclass
 class HarnessStats(MergeStats):
-    """The builder's merge figures of one harness, and the wire formats its calls used."""
+    """The builder's merge figures of one harness, the wire formats its calls used, each rollout's figures (for the
+    intervals) and what broke each merge that did not happen (``break_cause``)."""
 
     wire_formats: set[str] = field(default_factory=set)
+    # per rollout: (trainable calls, next calls, merged, segments)
+    per_rollout: list[tuple[int, int, int, int]] = field(default_factory=list)
+    breaks: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def multi_call(self) -> int:
+        """Rollouts with at least two trainable calls (the only ones a merge can happen in)."""
+        return sum(1 for trainable, *_ in self.per_rollout if trainable >= 2)
+
+    def merge_interval(self) -> tuple[float, float] | None:
+        """95% bootstrap interval of the merge share, resampling rollouts (a rollout's calls are not independent)."""
+        values = [1.0 if n < merged else 0.0 for _, nxt, merged, _ in self.per_rollout for n in range(nxt)]
+        clusters = [str(i) for i, (_, nxt, _, _) in enumerate(self.per_rollout) for _ in range(nxt)]
+        return bootstrap_mean_ci(values, clusters=clusters) if values else None
+
+    def segments_interval(self) -> tuple[float, float] | None:
+        values = [float(segments) for *_, segments in self.per_rollout]
+        return bootstrap_mean_ci(values) if values else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "wire_formats": sorted(self.wire_formats)}
+        merge, segments = self.merge_interval(), self.segments_interval()
+        return {**super().to_dict(), "wire_formats": sorted(self.wire_formats), "multi_call_rollouts": self.multi_call,
+                "merge_share_ci": list(merge) if merge else None,
+                "segments_per_rollout": self.stats.segments / self.rollouts if self.rollouts else None,
+                "segments_per_rollout_ci": list(segments) if segments else None, "breaks": dict(self.breaks)}
+
+
+def _messages(call: CallRecord) -> tuple[Any, Any, list[Any]]:
+    body = chat_request(call)
+    found = body.get("messages")
+    messages: list[Any] = found if isinstance(found, list) else []
+    first = messages[0] if messages and messages[0].get("role") in ("system", "developer") else None
+    return first, body.get("tools"), messages
+
+
+def break_cause(previous: CallRecord, call: CallRecord) -> str:
+    """Why ``call`` did not extend ``previous`` (the rollout's trainable call before it), in words: from the token
+    ids where they say it, else from the forwarded Chat Completions messages."""
+    prompt, before = call.prompt_token_ids or [], previous.prompt_token_ids or []
+    if prompt == before:
+        return "the same prompt sent again (a retry)"
+    if prompt[:len(before)] == before:
+        return "history kept, the previous answer re-rendered otherwise (closed, reformatted or re-tokenized)"
+    (system, tools, messages), (system_before, tools_before, messages_before) = _messages(call), _messages(previous)
+    if not messages or not messages_before:
+        return "the prompt leaves the previous prompt (no messages recorded to say how)"
+    if system != system_before or tools != tools_before:
+        return "another system prompt or tool list (a side call, or a changed system prompt)"
+    if messages[:len(messages_before)] != messages_before:
+        return "earlier messages changed or removed (rewritten history)"
+    return "the same messages rendered to other ids"
 
 
 def _harness_of_run(run_dir: Path) -> str | None:
@@ -95,8 +147,19 @@ def analyse(run_dirs: list[Path]) -> dict[str, HarnessStats]:
     for run_dir in run_dirs:
         harness_of, wires, calls = read_run(run_dir)
         for rid, harness in harness_of.items():
-            _, rollout_stats, _ = segment_calls(calls.get(rid, []))
-            stats.setdefault(harness, HarnessStats(harness)).add(rollout_stats)
+            chain = sorted(calls.get(rid, []), key=lambda c: c.seq)
+            _, rollout_stats, decisions = segment_calls(chain)
+            st = stats.setdefault(harness, HarnessStats(harness))
+            st.add(rollout_stats)
+            st.per_rollout.append((rollout_stats.trainable, rollout_stats.transitions, rollout_stats.merged,
+                                   rollout_stats.segments))
+            by_seq = {c.seq: c for c in chain}
+            previous: CallRecord | None = None
+            for seq, reason in decisions:
+                if reason == "prefix-mismatch" and previous is not None:
+                    st.breaks[break_cause(previous, by_seq[seq])] += 1
+                if reason in ("first", "merged", "prefix-mismatch"):
+                    previous = by_seq[seq]
         for harness, formats in wires.items():
             stats[harness].wire_formats |= formats
     return stats
@@ -106,11 +169,19 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
+def _interval(value: float | None, ci: tuple[float, float] | None, percent: bool) -> str:
+    if value is None or ci is None:
+        return "n/a"
+    if percent:
+        return f"{100 * value:.0f}% ({100 * ci[0]:.0f}..{100 * ci[1]:.0f})"
+    return f"{value:.2f} ({ci[0]:.2f}..{ci[1]:.2f})"
+
+
 def render(stats: dict[str, HarnessStats], baseline: str) -> str:
     base = stats.get(baseline)
     base_share = base.merge_share if base else None
-    header = ("harness", "wire", "rollouts", "calls", "next calls", "merge", "prompt prefix", "segments/rollout",
-              f"vs {baseline}")
+    header = ("harness", "wire", "rollouts", "multi-call", "calls", "next calls", "merge (95% CI)", "prompt prefix",
+              "segments/rollout (95% CI)", f"vs {baseline}")
     lines = []
     order = sorted(stats.values(), key=lambda s: (s.harness != baseline, s.harness))
     for st in order:
@@ -120,15 +191,22 @@ def render(stats: dict[str, HarnessStats], baseline: str) -> str:
         figures = st.stats
         skipped = figures.calls - figures.trainable
         calls = f"{figures.trainable}" + (f" (+{skipped} not trainable)" if skipped else "")
-        lines.append((st.harness, ",".join(sorted(st.wire_formats)) or "-", str(st.rollouts), calls,
-                      str(figures.transitions), _pct(share), _pct(st.prompt_prefix_share),
-                      f"{figures.segments / st.rollouts:.2f}" if st.rollouts else "n/a", delta))
+        lines.append((st.harness, ",".join(sorted(st.wire_formats)) or "-", str(st.rollouts), str(st.multi_call),
+                      calls, str(figures.transitions), _interval(share, st.merge_interval(), True),
+                      _pct(st.prompt_prefix_share),
+                      _interval(figures.segments / st.rollouts if st.rollouts else None, st.segments_interval(),
+                                False), delta))
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in lines]
     if base is None:
         out.append(f"(no '{baseline}' rollouts in these runs: no baseline column)")
+    broken = [st for st in order if st.breaks]
+    if broken:
+        out.append("\nwhat breaks the merge (next calls that started a new segment, by cause):")
+        for st in broken:
+            out += [f"  {st.harness}: {n} x {cause}" for cause, n in st.breaks.most_common()]
     return "\n".join(out)
 
 

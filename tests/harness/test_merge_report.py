@@ -69,12 +69,21 @@ def test_merge_share_segments_and_baseline(tmp_path: Path, capsys: pytest.Captur
     assert figures.merged == 2 and figures.prompt_prefix == 3 and figures.segments == 4
     assert figures.reasons == {"first": 2, "merged": 2, "prefix-mismatch": 2, "not-ok": 1}
     assert st.wire_formats == {"responses"}
+    assert st.multi_call == 2 and st.per_rollout == [(4, 3, 1, 3), (2, 1, 1, 1)]
+    assert dict(st.breaks) == {"the prompt leaves the previous prompt (no messages recorded to say how)": 1,
+                               "history kept, the previous answer re-rendered otherwise (closed, reformatted or "
+                               "re-tokenized)": 1}
+    low, high = st.merge_interval()
+    assert low <= 0.5 <= high and low >= 0.0 and high <= 1.0
 
     out = tmp_path / "report.json"
     assert mr.main([str(react), str(other), "--json", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "baseline" in table and "-50 pts" in table and "50%" in table and "6 (+1 not trainable)" in table
-    assert json.loads(out.read_text())["other"]["merge_share"] == pytest.approx(1 / 2)
+    assert "baseline" in table and "-50 pts" in table and "50% (" in table and "6 (+1 not trainable)" in table
+    assert "what breaks the merge" in table and "other: 1 x history kept" in table
+    saved = json.loads(out.read_text())["other"]
+    assert saved["merge_share"] == pytest.approx(1 / 2) and saved["multi_call_rollouts"] == 2
+    assert saved["segments_per_rollout"] == 2.0 and len(saved["segments_per_rollout_ci"]) == 2
 
 
 def test_without_the_baseline_harness_the_table_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +107,23 @@ def test_every_harness_run_failing_is_exit_1_not_a_usage_error(tmp_path: Path,
     assert code == 1
     assert "no-such-harness: forge rollout failed (exit 2)" in err
     assert "no harness run finished" in err and "give run directories" not in err
+
+
+def _call(seq: int, prompt: list[int], messages: list[dict[str, str]], tools: list[str] | None = None) -> CallRecord:
+    return CallRecord(rollout_id="r", seq=seq, wire_format="chat", status="ok", prompt_token_ids=prompt,
+                      completion_token_ids=[0], completion_logprobs=[-0.1],
+                      request={"messages": messages, **({"tools": tools} if tools else {})})
+
+
+def test_break_causes_read_the_ids_then_the_forwarded_messages() -> None:
+    system, user, answer = ({"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                            {"role": "assistant", "content": "a"})
+    first = _call(0, [1, 2], [system, user])
+    assert mr.break_cause(first, _call(1, [1, 2], [system, user])).startswith("the same prompt sent again")
+    assert mr.break_cause(first, _call(1, [1, 2, 9], [system, user, answer])).startswith("history kept")
+    title = _call(1, [7], [{"role": "system", "content": "make a title"}, user])
+    assert mr.break_cause(first, title).startswith("another system prompt or tool list")
+    assert mr.break_cause(first, _call(1, [1, 5], [system, user], tools=["bash"])).startswith("another system")
+    rewritten = _call(1, [1, 3], [system, {"role": "user", "content": "error: no tool call"}])
+    assert mr.break_cause(first, rewritten).startswith("earlier messages changed or removed")
+    assert mr.break_cause(first, _call(1, [1, 4], [system, user, answer])).startswith("the same messages")
