@@ -30,6 +30,7 @@ samples carry little weight: run more tasks (``--tasks``) or a stronger model fo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -44,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from forge_cli.eval.metrics import bootstrap_mean_ci  # noqa: E402
-from forge_cli.proxy.wire.exchange import chat_request  # noqa: E402
+from forge_cli.proxy.wire.exchange import NoExchange, chat_answer, chat_request  # noqa: E402
 from forge_cli.traces.record import CallRecord  # noqa: E402
 from forge_cli.traces.store import iter_calls, open_store  # noqa: E402
 from forge_cli.train.samples import MergeStats, segment_calls  # noqa: E402
@@ -94,15 +95,44 @@ def _messages(call: CallRecord) -> tuple[Any, Any, list[Any]]:
     return first, body.get("tools"), messages
 
 
+def _said(message: Any) -> tuple[str, list[tuple[str, Any]]]:
+    """An assistant message's text and tool calls (name, parsed arguments), the fields a chat template renders."""
+    if not isinstance(message, dict):
+        return "", []
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError):
+                arguments = json.loads(arguments)
+        calls.append((str(function.get("name")), arguments))
+    content = message.get("content")
+    text = content if isinstance(content, str) else "\n".join(
+        str(p.get("text", "")) for p in content if isinstance(p, dict)) if isinstance(content, list) else ""
+    return text.strip(), calls
+
+
 def break_cause(previous: CallRecord, call: CallRecord) -> str:
     """Why ``call`` did not extend ``previous`` (the rollout's trainable call before it), in words: from the token
     ids where they say it, else from the forwarded Chat Completions messages."""
     prompt, before = call.prompt_token_ids or [], previous.prompt_token_ids or []
     if prompt == before:
         return "the same prompt sent again (a retry)"
-    if prompt[:len(before)] == before:
-        return "history kept, the previous answer re-rendered otherwise (closed, reformatted or re-tokenized)"
     (system, tools, messages), (system_before, tools_before, messages_before) = _messages(call), _messages(previous)
+    if prompt[:len(before)] == before:
+        if previous.finish_reason == "length":
+            return "history kept; the previous answer, cut at the output limit, re-rendered closed"
+        sent = messages[len(messages_before)] if len(messages) > len(messages_before) else None
+        try:
+            answer = chat_answer(previous)["choices"][0]["message"]
+        except (NoExchange, LookupError, TypeError):
+            answer = None
+        if sent is None or answer is None:
+            return "history kept, the previous answer re-rendered otherwise (no messages recorded to say how)"
+        if _said(sent) == _said(answer):
+            return "history kept; the previous answer's same text re-tokenized to other ids"
+        return "history kept; the harness sent the previous answer back with other text or tool-call fields"
     if not messages or not messages_before:
         return "the prompt leaves the previous prompt (no messages recorded to say how)"
     if system != system_before or tools != tools_before:

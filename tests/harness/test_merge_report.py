@@ -71,8 +71,8 @@ def test_merge_share_segments_and_baseline(tmp_path: Path, capsys: pytest.Captur
     assert st.wire_formats == {"responses"}
     assert st.multi_call == 2 and st.per_rollout == [(4, 3, 1, 3), (2, 1, 1, 1)]
     assert dict(st.breaks) == {"the prompt leaves the previous prompt (no messages recorded to say how)": 1,
-                               "history kept, the previous answer re-rendered otherwise (closed, reformatted or "
-                               "re-tokenized)": 1}
+                               "history kept, the previous answer re-rendered otherwise (no messages recorded to "
+                               "say how)": 1}
     low, high = st.merge_interval()
     assert low <= 0.5 <= high and low >= 0.0 and high <= 1.0
 
@@ -109,10 +109,13 @@ def test_every_harness_run_failing_is_exit_1_not_a_usage_error(tmp_path: Path,
     assert "no harness run finished" in err and "give run directories" not in err
 
 
-def _call(seq: int, prompt: list[int], messages: list[dict[str, str]], tools: list[str] | None = None) -> CallRecord:
+def _call(seq: int, prompt: list[int], messages: list[dict[str, str]], tools: list[str] | None = None,
+          answer: str = "a", finish: str = "stop") -> CallRecord:
     return CallRecord(rollout_id="r", seq=seq, wire_format="chat", status="ok", prompt_token_ids=prompt,
-                      completion_token_ids=[0], completion_logprobs=[-0.1],
-                      request={"messages": messages, **({"tools": tools} if tools else {})})
+                      completion_token_ids=[0], completion_logprobs=[-0.1], finish_reason=finish,
+                      request={"messages": messages, **({"tools": tools} if tools else {})},
+                      response={"choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
+                                             "finish_reason": finish}]})
 
 
 def test_break_causes_read_the_ids_then_the_forwarded_messages() -> None:
@@ -120,7 +123,12 @@ def test_break_causes_read_the_ids_then_the_forwarded_messages() -> None:
                             {"role": "assistant", "content": "a"})
     first = _call(0, [1, 2], [system, user])
     assert mr.break_cause(first, _call(1, [1, 2], [system, user])).startswith("the same prompt sent again")
-    assert mr.break_cause(first, _call(1, [1, 2, 9], [system, user, answer])).startswith("history kept")
+    extended = [system, user, answer, {"role": "user", "content": "next"}]
+    assert "same text re-tokenized" in mr.break_cause(first, _call(1, [1, 2, 9], extended))
+    cut = _call(0, [1, 2], [system, user], finish="length")
+    assert "cut at the output limit, re-rendered closed" in mr.break_cause(cut, _call(1, [1, 2, 9], extended))
+    other = _call(0, [1, 2], [system, user], answer="a, said otherwise")
+    assert "sent the previous answer back with other text" in mr.break_cause(other, _call(1, [1, 2, 9], extended))
     title = _call(1, [7], [{"role": "system", "content": "make a title"}, user])
     assert mr.break_cause(first, title).startswith("another system prompt or tool list")
     assert mr.break_cause(first, _call(1, [1, 5], [system, user], tools=["bash"])).startswith("another system")
