@@ -25,24 +25,29 @@ from tests.helpers import REPO
 pytestmark = [pytest.mark.mitm, pytest.mark.requires("harness:pi")]
 
 
-@pytest.fixture(scope="module")
-def teacher_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """pi on 3 builtin train tasks against the stand-in, through the proxy (local sandbox, ~10 s)."""
-    tmp = tmp_path_factory.mktemp("teacher-run")
+def teacher_rollout(tmp: Path, harness: str, task_ids: str) -> Path:
+    """``harness`` on the builtin train tasks ``task_ids`` (``[a,b]``) against the stand-in, through the proxy (local
+    sandbox); the run directory."""
     home = tmp / "home"
     home.mkdir()
     for shared in ("envs", "models", "harnesses"):
         (home / shared).symlink_to(forge_home() / shared)
     with standin.TeacherServer(standin.builtin_teacher()) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "forge_cli", "rollout", "--json", "+harness=pi", "runtime=local",
+            [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=local",
              f"proxy.upstream={server.base_url.removesuffix('/v1')}", "proxy.port=0", "env.split=train",
-             "env.task_ids=[create-edit-append-line-0,search-count-count-lines-0,json-csv-json-field-0]",
-             "rollout.samples_per_task=1", f"run.output_dir={tmp / 'runs'}"],
+             f"env.task_ids={task_ids}", "rollout.samples_per_task=1", f"run.output_dir={tmp / 'runs'}"],
             capture_output=True, text=True, cwd=REPO, timeout=900,
             env={**os.environ, "COLUMNS": "200", "FORGE_HOME": str(home)}, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return Path(json.loads(done.stdout)["run_dir"])
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pi on 3 builtin train tasks against the stand-in, through the proxy (local sandbox, ~10 s)."""
+    return teacher_rollout(tmp_path_factory.mktemp("teacher-run"), "pi",
+                           "[create-edit-append-line-0,search-count-count-lines-0,json-csv-json-field-0]")
 
 
 def _spans(input_ids: list[int], mask: list[int]) -> list[list[int]]:

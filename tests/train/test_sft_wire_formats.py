@@ -10,42 +10,19 @@ besides the 32k-context server's start."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from forge_cli.paths import forge_home
 from forge_cli.rollout.reader import read_run
 from forge_cli.train.sft import _answer, _chat_request, load_student_tokenizer, render_call, sft_sequences
-from tests.envs.test_teacher_standin import standin
-from tests.helpers import REPO
-from tests.train.test_sft_samples import _spans
+from tests.train.test_sft_samples import _spans, teacher_rollout
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mitm, pytest.mark.vllm]
 
 TASKS = "[create-edit-append-line-0,search-count-count-lines-0]"
-
-
-def _teacher_run(tmp: Path, harness: str) -> Path:
-    """``harness`` on 2 builtin train tasks against the stand-in, through the proxy (local sandbox)."""
-    home = tmp / "home"
-    home.mkdir()
-    for shared in ("envs", "models", "harnesses"):
-        (home / shared).symlink_to(forge_home() / shared)
-    with standin.TeacherServer(standin.builtin_teacher()) as server:
-        done = subprocess.run(
-            [sys.executable, "-m", "forge_cli", "rollout", "--json", f"+harness={harness}", "runtime=local",
-             f"proxy.upstream={server.base_url.removesuffix('/v1')}", "proxy.port=0", "env.split=train",
-             f"env.task_ids={TASKS}", "rollout.samples_per_task=1", f"run.output_dir={tmp / 'runs'}"],
-            capture_output=True, text=True, cwd=REPO, timeout=900,
-            env={**os.environ, "COLUMNS": "200", "FORGE_HOME": str(home)}, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return Path(json.loads(done.stdout)["run_dir"])
 
 
 def _expected_span(message: dict[str, Any]) -> str:
@@ -66,7 +43,7 @@ def test_non_chat_records_render_to_vllms_prompt_ids_and_the_teachers_answers(
     from forge_cli.serve.prepare import default_model_dir
 
     tokenizer = load_student_tokenizer(default_model_dir())
-    rollouts = list(read_run(_teacher_run(tmp_path, harness)))
+    rollouts = list(read_run(teacher_rollout(tmp_path, harness, TASKS)))
     assert len(rollouts) == 2 and all(r.result.reward == 1 for r in rollouts)
     server = long_context_server
     with httpx.Client(base_url=server.base_url, timeout=600) as client:
