@@ -256,12 +256,14 @@ def training_minutes(stage: Stage) -> float:
 
 
 def sft_repeat(runner: Runner, args: argparse.Namespace, r: int, evaluate: list[str]) -> dict[str, Stage]:
-    """base -> SFT: the base evaluated, teacher trajectories distilled and fine-tuned on, the SFT checkpoint
-    evaluated, the base evaluated again as the control (``benchmarks/_sft_stages.py``)."""
+    """base -> SFT: teacher trajectories distilled and fine-tuned on, the base evaluated, the SFT checkpoint
+    evaluated, the base evaluated again as the control (``benchmarks/_sft_stages.py``). The SFT stages come first so
+    that the checkpoint exists early (other benchmarks, e.g. ``merge_report.py``, use it); no stage reads another's
+    evaluation, so the order changes no figure."""
     from _sft_stages import distill_and_sft  # type: ignore[import-not-found]
 
-    stages = {"before": runner.run(f"r{r}-before", evaluate[0], evaluate[1:], "eval.json")}
     made = distill_and_sft(runner, args, r, draw(args, r), harness(args))
+    stages = {"before": runner.run(f"r{r}-before", evaluate[0], evaluate[1:], "eval.json")}
     stages["distill"], stages["train"] = made["distill"], made["sft"]
     stages["train"].summary["sft_data"] = made["data"]
     stages["after"] = runner.run(f"r{r}-after", evaluate[0], [*evaluate[1:], f"model.path={made['checkpoint']}"],

@@ -46,3 +46,27 @@ def test_each_templates_last_instance_validates(tmp_path: Path) -> None:
     assert held == {"create-edit-write-file-9", "answer-lookup-6", "search-count-count-guided-3"}
     assert set(pq.read_table(train).column("task_id").to_pylist()) == set(ids) - held
     assert counts == {"train_sequences": 3, "val_sequences": 3}
+
+
+def test_sft_benchmark_trains_before_it_evaluates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`learning.py --sft` runs distill and SFT first, so their checkpoint exists before the evaluations (other
+    benchmarks use it while those run); every stage still runs, once each."""
+    import argparse
+
+    learning = benchmark_module("learning")
+    order: list[str] = []
+
+    class Runner:
+        def run(self, name: str, command: str, args: list[str], done_file: str, resumable: bool = True) -> object:
+            order.append(name)
+            return learning.Stage(name)
+
+    def distill_and_sft(runner: Runner, args: object, r: int, draw: list[str], harness: list[str]) -> dict:
+        distill, sft = runner.run(f"r{r}-distill", "distill", [], ""), runner.run(f"r{r}-sft", "sft", [], "")
+        return {"distill": distill, "sft": sft, "checkpoint": "/ckpt", "data": {}}
+
+    monkeypatch.setattr(stages, "distill_and_sft", distill_and_sft)
+    args = argparse.Namespace(control="eval", seed=0, harness="pi")
+    made = learning.sft_repeat(Runner(), args, 0, ["eval", "env.split=test"])
+    assert order == ["r0-distill", "r0-sft", "r0-before", "r0-after", "r0-control"]
+    assert set(made) == {"before", "distill", "train", "after", "control"}
