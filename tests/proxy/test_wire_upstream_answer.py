@@ -251,3 +251,27 @@ def test_chat_keeps_the_answer_as_it_was_without_capture_fields_or_usage() -> No
                         "choices": [{"index": 0, "message": original["choices"][0]["message"],
                                      "finish_reason": "stop"}]}
     assert "token_ids" in original["choices"][0] and "usage" in original  # the record is not changed
+
+
+@pytest.mark.parametrize("name", ["anthropic", "gemini"])
+def test_unparsable_arguments_sent_back_reach_the_upstream_as_written(name: str) -> None:
+    """An answer whose arguments do not parse reaches the harness as ``{"_raw": text}``; when the harness sends it
+    back in the history, the upstream gets the policy's own text again (so the next prompt extends the previous
+    call's ids: Gemini CLI's merges broke on this), and parsed arguments stay JSON."""
+    from forge_cli.proxy.wire.base import Limits
+
+    for arguments, expected in {"not json {": "not json {", '{"a": 1}': '{"a": 1}'}.items():
+        original = _completion(None, [("call_r", "get_weather", arguments)], finish="tool_calls")
+        answer = json.loads(FORMATS[name].client_body(json.dumps(original).encode(), _prep(name, False)))
+        if name == "anthropic":
+            path, body = "/v1/messages", {"model": "m", "max_tokens": 8, "messages": [
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": answer["content"]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_r", "content": "ok"}]}]}
+        else:
+            path, body = "/v1beta/models/m:generateContent", {"contents": [
+                {"role": "user", "parts": [{"text": "hi"}]}, answer["candidates"][0]["content"],
+                {"role": "user", "parts": [{"functionResponse": {"id": "call_r", "name": "get_weather",
+                                                                 "response": {"output": "ok"}}}]}]}
+        chat = json.loads(FORMATS[name].prepare(json.dumps(body).encode(), Limits(), path).body)
+        sent = next(m for m in chat["messages"] if m.get("tool_calls"))
+        assert sent["tool_calls"][0]["function"]["arguments"] == expected

@@ -83,8 +83,9 @@ def _assistant_blocks(content: Any, out: list[dict[str, Any]]) -> None:
         if kind == "text":
             texts.append(str(block.get("text", "")))
         elif kind == "tool_use":
+            arguments = unwrap_arguments(block.get("input") or {})  # {"_raw": text}: the policy's own text again
             calls.append({"id": block.get("id"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input") or {})}})
+                          "function": {"name": block.get("name"), "arguments": arguments}})
         # thinking / redacted_thinking blocks are not part of what the policy model is trained on
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:

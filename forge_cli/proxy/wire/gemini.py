@@ -125,8 +125,10 @@ class _History:
             if isinstance(call, dict):
                 call_id = str(call.get("id") or f"call_{self.turn}_{len(calls)}")
                 name = str(call.get("name") or "")
+                # unparsable arguments the answer carried as {"_raw": text} go back upstream as that text, as the
+                # policy wrote them (anthropic does the same): the prompt then extends the previous call's ids
                 calls.append({"id": call_id, "type": "function", "function": {
-                    "name": name, "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False)}})
+                    "name": name, "arguments": unwrap_arguments(call.get("args") or {})}})
                 self.pending.append((call_id, name))
         message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
         if calls:
