@@ -44,8 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from forge_cli.errors import UserError  # noqa: E402
 from forge_cli.eval.metrics import bootstrap_mean_ci  # noqa: E402
 from forge_cli.proxy.wire.exchange import NoExchange, chat_answer, chat_request  # noqa: E402
+from forge_cli.serve.tokenizer import Decode, load_decoder, model_dir_of_run  # noqa: E402
 from forge_cli.traces.record import CallRecord  # noqa: E402
 from forge_cli.traces.store import iter_calls, open_store  # noqa: E402
 from forge_cli.train.samples import MergeStats, segment_calls  # noqa: E402
@@ -113,9 +115,12 @@ def _said(message: Any) -> tuple[str, list[tuple[str, Any]]]:
     return text.strip(), calls
 
 
-def break_cause(previous: CallRecord, call: CallRecord) -> str:
+def break_cause(previous: CallRecord, call: CallRecord, decode: Decode | None = None) -> str:
     """Why ``call`` did not extend ``previous`` (the rollout's trainable call before it), in words: from the token
-    ids where they say it, else from the forwarded Chat Completions messages."""
+    ids where they say it, else from the forwarded Chat Completions messages. ``decode`` (the policy's tokenizer)
+    tells an answer whose same text came back in other ids from one the template wrote in another form (the same
+    text and tool calls, parsed, written otherwise: e.g. a call the model wrote without ``arguments`` rendered back
+    with ``"arguments": {}``); without it the two read as one cause."""
     prompt, before = call.prompt_token_ids or [], previous.prompt_token_ids or []
     if prompt == before:
         return "the same prompt sent again (a retry)"
@@ -131,7 +136,12 @@ def break_cause(previous: CallRecord, call: CallRecord) -> str:
         if sent is None or answer is None:
             return "history kept, the previous answer re-rendered otherwise (no messages recorded to say how)"
         if _said(sent) == _said(answer):
-            return "history kept; the previous answer's same text re-tokenized to other ids"
+            if decode is None:
+                return "history kept; the previous answer's same content in other ids (no tokenizer to say how)"
+            if decode(prompt[len(before):]).startswith(decode(list(previous.completion_token_ids or []))):
+                return "history kept; the previous answer's same text re-tokenized to other ids"
+            return ("history kept; the previous answer's same content written back in another form by the chat "
+                    "template (e.g. a call without arguments rendered with \"arguments\": {})")
         return "history kept; the harness sent the previous answer back with other text or tool-call fields"
     if not messages or not messages_before:
         return "the prompt leaves the previous prompt (no messages recorded to say how)"
@@ -171,11 +181,24 @@ def read_run(run_dir: Path) -> tuple[dict[str, str], dict[str, set[str]], dict[s
     return harness_of, wires, calls
 
 
+def _decoder(run_dir: Path) -> Decode | None:
+    """The run's policy tokenizer as a decoder (``forge_cli/serve/tokenizer.py``), or None where the run's model
+    is unknown (an external endpoint) or has no tokenizer here."""
+    model_dir = model_dir_of_run(run_dir)
+    if model_dir is None:
+        return None
+    try:
+        return load_decoder(model_dir)
+    except (UserError, OSError, ValueError):
+        return None
+
+
 def analyse(run_dirs: list[Path]) -> dict[str, HarnessStats]:
     """Per harness: forge's sample builder's merge figures over every rollout of the runs."""
     stats: dict[str, HarnessStats] = {}
     for run_dir in run_dirs:
         harness_of, wires, calls = read_run(run_dir)
+        decode = _decoder(run_dir)
         for rid, harness in harness_of.items():
             chain = sorted(calls.get(rid, []), key=lambda c: c.seq)
             _, rollout_stats, decisions = segment_calls(chain)
@@ -187,7 +210,7 @@ def analyse(run_dirs: list[Path]) -> dict[str, HarnessStats]:
             previous: CallRecord | None = None
             for seq, reason in decisions:
                 if reason == "prefix-mismatch" and previous is not None:
-                    st.breaks[break_cause(previous, by_seq[seq])] += 1
+                    st.breaks[break_cause(previous, by_seq[seq], decode)] += 1
                 if reason in ("first", "merged", "prefix-mismatch"):
                     previous = by_seq[seq]
         for harness, formats in wires.items():

@@ -124,7 +124,13 @@ def test_break_causes_read_the_ids_then_the_forwarded_messages() -> None:
     first = _call(0, [1, 2], [system, user])
     assert mr.break_cause(first, _call(1, [1, 2], [system, user])).startswith("the same prompt sent again")
     extended = [system, user, answer, {"role": "user", "content": "next"}]
-    assert "same text re-tokenized" in mr.break_cause(first, _call(1, [1, 2, 9], extended))
+    assert "same content in other ids (no tokenizer" in mr.break_cause(first, _call(1, [1, 2, 9], extended))
+    # with the tokenizer: the same text again in other ids, or the content written in another form
+    def decode(ids: list[int]) -> str:
+        return "".join({0: "ab", 9: "a", 8: "b"}.get(i, "?") for i in ids)
+
+    assert "same text re-tokenized" in mr.break_cause(first, _call(1, [1, 2, 9, 8, 3], extended), decode)
+    assert "another form by the chat template" in mr.break_cause(first, _call(1, [1, 2, 9, 3], extended), decode)
     cut = _call(0, [1, 2], [system, user], finish="length")
     assert "cut at the output limit, re-rendered closed" in mr.break_cause(cut, _call(1, [1, 2, 9], extended))
     other = _call(0, [1, 2], [system, user], answer="a, said otherwise")
