@@ -52,6 +52,8 @@ def test_sft_benchmark_trains_before_it_evaluates(monkeypatch: pytest.MonkeyPatc
     """`learning.py --sft` runs distill and SFT first, so their checkpoint exists before the evaluations (other
     benchmarks use it while those run); every stage still runs, once each."""
     import argparse
+    import sys
+    import types
 
     learning = benchmark_module("learning")
     order: list[str] = []
@@ -65,7 +67,8 @@ def test_sft_benchmark_trains_before_it_evaluates(monkeypatch: pytest.MonkeyPatc
         distill, sft = runner.run(f"r{r}-distill", "distill", [], ""), runner.run(f"r{r}-sft", "sft", [], "")
         return {"distill": distill, "sft": sft, "checkpoint": "/ckpt", "data": {}}
 
-    monkeypatch.setattr(stages, "distill_and_sft", distill_and_sft)
+    # learning.py imports `_sft_stages` by name when it runs: whichever module sys.modules holds then gets the fake
+    monkeypatch.setitem(sys.modules, "_sft_stages", types.SimpleNamespace(distill_and_sft=distill_and_sft))
     args = argparse.Namespace(control="eval", seed=0, harness="pi")
     made = learning.sft_repeat(Runner(), args, 0, ["eval", "env.split=test"])
     assert order == ["r0-distill", "r0-sft", "r0-before", "r0-after", "r0-control"]
